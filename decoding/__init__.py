@@ -1,0 +1,1 @@
+"""STATIC index, constraint interface and baselines, and one jit-compiled beam search."""

@@ -1,0 +1,1 @@
+"""The `genret` command line, config presets, evaluations, benchmarks and reports."""

@@ -1,0 +1,1 @@
+"""Config presets: each module exposes get_config()."""

@@ -1,0 +1,1 @@
+"""Decoder-only transformer over SID tokens: model, training, checkpoints, KV-cache decoding."""

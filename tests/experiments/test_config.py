@@ -1,0 +1,50 @@
+"""Config tree: presets load, typed overrides, unknown keys rejected, JSON round trip."""
+
+import pytest
+
+from experiments import config as config_lib
+
+
+def test_every_preset_loads():
+    for name in config_lib.preset_names():
+        cfg = config_lib.load_preset(name)
+        assert isinstance(cfg, config_lib.Config), name
+
+
+def test_typed_overrides():
+    cfg = config_lib.load_preset("tiny")
+    cfg = config_lib.apply_overrides(
+        cfg,
+        ["seqmodel.num_layers=3", "data.five_core=false", "eval.cold_start_fractions=0.1,0.2"],
+    )
+    assert cfg.seqmodel.num_layers == 3
+    assert cfg.data.five_core is False
+    assert cfg.eval.cold_start_fractions == (0.1, 0.2)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("seqmodel.num_layerz=3", "unknown config key"),
+        ("seqmodel.num_layers=three", "expected int"),
+        ("seqmodel=3", "is a group"),
+        ("data.five_core=maybe", "expected true/false"),
+        ("novalue", "expected key=value"),
+    ],
+)
+def test_bad_overrides_name_the_key(override, message):
+    with pytest.raises(ValueError, match=message):
+        config_lib.apply_overrides(config_lib.load_preset("tiny"), [override])
+
+
+def test_json_round_trip(tmp_path):
+    from data import atomic
+
+    cfg = config_lib.apply_overrides(config_lib.load_preset("beauty"), ["rqvae.num_levels=4"])
+    atomic.write_json(tmp_path / "c.json", config_lib.to_dict(cfg))
+    assert config_lib.load_json(tmp_path / "c.json") == cfg
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="unknown preset"):
+        config_lib.load_preset("nope")
