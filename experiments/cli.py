@@ -1,4 +1,4 @@
-"""The `genret` command: one subcommand per module, each with add_arguments(parser) and run(args)."""
+"""The `genret` command: one subcommand per module with add_arguments(parser) and run(args)."""
 
 import argparse
 import importlib
@@ -8,13 +8,16 @@ import sys
 COMMANDS = {
     "prepare": ("experiments.prepare", "read raw review/meta files and write the prepared dataset"),
     "data-stats": ("experiments.data_stats", "print dataset and cold-start statistics as JSON"),
-    "train-tokenizer": ("experiments.train_tokenizer", "embed item texts, train the RQ-VAE, write SIDs"),
+    "train-tokenizer": (
+        "experiments.train_tokenizer",
+        "embed item texts, train RQ-VAE, write SIDs",
+    ),
     "train-retriever": ("experiments.train_retriever", "train the decoder retriever on a split"),
-    "eval-cold-start": ("experiments.eval_cold_start", "cold-start Recall@K: unconstrained/random/STATIC"),
+    "eval-cold-start": ("experiments.eval_cold_start", "cold-start Recall@K, 3 methods"),
     "eval-warm": ("experiments.eval_warm", "leave-one-out Recall/NDCG@5/10 (the TIGER benchmark)"),
     "pipeline": ("experiments.pipeline", "prepare, tokenizer, retrievers, evaluations and report"),
     "bench-constraints": ("experiments.bench_constraints", "latency/memory of constraint methods"),
-    "bench-sweep": ("experiments.bench_sweep", "the paper's latency sweeps: plots + BENCHMARKS table"),
+    "bench-sweep": ("experiments.bench_sweep", "the paper's latency sweeps + plots"),
 }
 
 # Errors that mean bad input or a missing artifact: one line, no traceback.

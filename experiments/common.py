@@ -1,4 +1,4 @@
-"""Helpers shared by the command modules: config resolution, work-directory layout, dataset paths."""
+"""Shared by the command modules: config resolution, work-directory layout, dataset paths."""
 
 import argparse
 from pathlib import Path
