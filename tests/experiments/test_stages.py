@@ -1,0 +1,63 @@
+"""Stage ledger: skip when up to date; rerun downstream after an upstream or output change."""
+
+from experiments import stages
+
+
+def _make(tmp_path, calls, a_param=1):
+    def writer(name):
+        def run():
+            calls.append(name)
+            (tmp_path / name).write_text(name)
+
+        return run
+
+    return [
+        stages.Stage("a", (a_param,), (tmp_path / "a",), writer("a")),
+        stages.Stage("b", (), (tmp_path / "b",), writer("b")),
+    ]
+
+
+def test_second_run_skips_everything(tmp_path):
+    calls = []
+    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
+    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
+    assert calls == ["a", "b"]
+
+
+def test_upstream_change_reruns_downstream(tmp_path):
+    calls = []
+    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
+    stages.run_stages(_make(tmp_path, calls, a_param=2), tmp_path, log=lambda s: None)
+    assert calls == ["a", "b", "a", "b"]
+
+
+def test_missing_output_reruns_only_that_stage(tmp_path):
+    calls = []
+    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
+    (tmp_path / "b").unlink()
+    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
+    assert calls == ["a", "b", "b"]
+
+
+def test_killed_stage_is_not_recorded(tmp_path):
+    calls = []
+
+    def boom():
+        raise KeyboardInterrupt
+
+    failing = [stages.Stage("a", (), (tmp_path / "a",), boom)]
+    try:
+        stages.run_stages(failing, tmp_path, log=lambda s: None)
+    except KeyboardInterrupt:
+        pass
+    assert "a" not in stages.Ledger(tmp_path).entries
+    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
+    assert calls == ["a", "b"]
+
+
+def test_file_digest_tracks_content(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x").write_text("1")
+    first = stages.file_digest(tmp_path / "d")
+    (tmp_path / "d" / "x").write_text("2")
+    assert stages.file_digest(tmp_path / "d") != first
