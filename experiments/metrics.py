@@ -49,8 +49,8 @@ def ranking_metrics(
     if predicted.ndim != 2 or targets.shape != predicted.shape[:1]:
         raise ValueError(f"predicted {predicted.shape} and targets {targets.shape} do not align")
     hits = (predicted == targets[:, None]) & (predicted >= 0)
-    # The first hit's rank (one target, so at most one hit unless predictions repeat).
-    first = np.where(hits.any(1), hits.argmax(1), predicted.shape[1])
+    # The first hit's rank; users without a hit get a rank no cutoff reaches (even k > K).
+    first = np.where(hits.any(1), hits.argmax(1), np.iinfo(np.int64).max)
     out = {}
     for k in ks:
         out[f"recall@{k}"] = float(np.mean(first < k))

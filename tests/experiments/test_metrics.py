@@ -54,3 +54,8 @@ def test_valid_rates():
     r = metrics.valid_rates(pred, valid, allowed)
     assert r["valid_rate"] == pytest.approx(3 / 5)
     assert r["allowed_rate"] == pytest.approx(2 / 5)
+
+
+def test_cutoff_beyond_beam_width_counts_no_misses():
+    m = metrics.ranking_metrics(np.array([[1, 2], [3, 4]]), np.array([2, 9]), ks=(1, 5))
+    assert m["recall@5"] == 0.5 and m["recall@1"] == 0.0
