@@ -1,1 +1,1 @@
-"""Raw Amazon Reviews 2014 files and the synthetic generator -> catalogs, histories, splits, grain pipelines."""
+"""Raw Amazon 2014 files and the synthetic generator -> catalogs, histories, splits, pipelines."""

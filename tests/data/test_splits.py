@@ -1,0 +1,89 @@
+"""Tests of data/splits.py: cold-start, leave-one-out and holdout on hand-built histories."""
+
+import numpy as np
+import pytest
+
+from data import splits
+from data.types import Catalog, Histories, InteractionData
+
+
+def _dataset(items: list[list[int]], first_time: list[int]) -> InteractionData:
+    n = len(first_time)
+    catalog = Catalog(
+        asins=np.array([f"I{i}" for i in range(n)]),
+        texts=[f"item {i}" for i in range(n)],
+        leaf_categories=[""] * n,
+        first_time=np.asarray(first_time, np.int64),
+    )
+    users = np.array([f"U{u}" for u in range(len(items))])
+    return InteractionData("t", users, catalog, Histories.from_lists(items))
+
+
+def test_cold_start_items_includes_day_ties():
+    first_time = np.array([5, 1, 9, 9, 3, 7, 9, 2, 4, 6], np.int64)
+    # 10% of 10 items -> k = 1, but three items share the newest day.
+    assert splits.cold_start_items(first_time, 0.1).tolist() == [
+        False,
+        False,
+        True,
+        True,
+        False,
+        False,
+        True,
+        False,
+        False,
+        False,
+    ]
+    # 40% -> k = 4: the 4th newest is 7 -> {9, 9, 9, 7}.
+    assert np.flatnonzero(splits.cold_start_items(first_time, 0.4)).tolist() == [2, 3, 5, 6]
+    # 31% of 10 -> ceil gives 4 (round would give 3: the 9s only).
+    assert splits.cold_start_items(first_time, 0.31).sum() == 4
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.0, -0.1, 2.0])
+def test_cold_start_items_rejects_bad_fraction(fraction):
+    with pytest.raises(ValueError, match="fraction"):
+        splits.cold_start_items(np.arange(5), fraction)
+
+
+def test_cold_start_split():
+    # Items 4 and 5 are the newest two (cold at 1/3 of 6 items).
+    ds = _dataset(
+        [[0, 1, 4, 2, 5], [4, 0, 1], [2, 3], [1, 5, 4]],
+        first_time=[0, 1, 2, 3, 8, 9],
+    )
+    s = splits.cold_start_split(ds, 1 / 3)
+    assert s.cold_items.tolist() == [4, 5] and s.cold_items.dtype == np.int32
+    assert s.train.items.tolist() == [0, 1, 2, 0, 1, 2, 3, 1]
+    assert s.train.lengths().tolist() == [3, 2, 2, 1]
+    # User 1 starts with a cold item (no history before it) and is not a test user.
+    assert s.test_users.tolist() == [0, 3]
+    assert [s.test_histories[j].tolist() for j in range(2)] == [[0, 1], [1]]
+    assert s.test_targets.tolist() == [4, 5]
+    assert not s.cold_mask[s.train.items].any()
+
+
+def test_leave_one_out():
+    ds = _dataset([[0, 1, 2, 3], [3, 2, 1], [1, 2]], first_time=[0, 0, 0, 0])
+    s = splits.leave_one_out(ds)
+    assert s.users.tolist() == [0, 1]
+    assert [s.train[u].tolist() for u in range(3)] == [[0, 1], [3], [1, 2]]
+    assert [s.valid_histories[j].tolist() for j in range(2)] == [[0, 1], [3]]
+    assert s.valid_targets.tolist() == [2, 2]
+    assert [s.test_histories[j].tolist() for j in range(2)] == [[0, 1, 2], [3, 2]]
+    assert s.test_targets.tolist() == [3, 1]
+
+
+def test_holdout_last_is_seeded_and_removes_targets():
+    h = Histories.from_lists([[0, 1, 2], [3, 4], [5, 6, 7, 8], [9, 10, 11]])
+    train, vh, vt = splits.holdout_last(h, max_users=2, seed=0)
+    again = splits.holdout_last(h, max_users=2, seed=0)
+    assert vt.tolist() == again[2].tolist() and len(vt) == 2
+    assert set(vt.tolist()) <= {2, 8, 11}  # user 1 is too short
+    assert not set(vt.tolist()) & set(train.items.tolist())
+    assert train.items.size == h.items.size - 2
+    for j, target in enumerate(vt.tolist()):
+        u = [2, 8, 11].index(target)
+        assert vh[j].tolist() == h[[0, 2, 3][u]][:-1].tolist()
+    everyone = splits.holdout_last(h, max_users=10, seed=1)[2]
+    assert sorted(everyone.tolist()) == [2, 8, 11]
