@@ -1,1 +1,16 @@
 """STATIC index, constraint interface and baselines, and one jit-compiled beam search."""
+
+from decoding.beam_search import BeamResult, beam_search
+from decoding.constraints import Candidates, Constraint, StaticConstraint, Unconstrained
+from decoding.static_index import Capacity, StaticIndex
+
+__all__ = [
+    "BeamResult",
+    "Candidates",
+    "Capacity",
+    "Constraint",
+    "StaticConstraint",
+    "StaticIndex",
+    "Unconstrained",
+    "beam_search",
+]

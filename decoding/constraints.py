@@ -1,0 +1,138 @@
+"""The `Constraint` interface, the allow-everything constraint and the STATIC constraint kernel."""
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from decoding.static_index import StaticIndex
+
+Level = int | Int[Array, ""]
+
+
+class Candidates(NamedTuple):
+    """A fixed-width set of C candidate continuations per beam."""
+
+    tokens: Int[Array, "B K C"]
+    log_probs: Float[Array, "B K C"]  # the model's log-prob of each candidate token
+    valid: Bool[Array, "B K C"]
+    aux: Int[Array, "B K C"]  # constraint-private, handed back to `advance` for the chosen ones
+
+
+class Constraint:
+    """Initial state; given states and log-probs: candidates with masks; then the next states.
+
+    States are pytrees whose leaves have leading axes [B, K] (init_state: [B]). `candidates` and
+    `advance` accept a Python int level, and from level `scan_start` on also a traced int32 level
+    with the same output shapes (so the beam search may run those levels in a lax loop).
+    """
+
+    vocab_size: int
+    num_levels: int
+    scan_start: int = 1
+
+    def init_state(self, batch_size: int):
+        return jnp.zeros((batch_size,), jnp.int32)
+
+    def candidates(self, level: Level, state, log_probs: Float[Array, "B K V"]) -> Candidates:
+        raise NotImplementedError
+
+    def advance(self, level: Level, state, tokens: Int[Array, "B K"], aux: Int[Array, "B K"]):
+        return aux
+
+
+def _all_tokens(log_probs: Float[Array, "B K V"]) -> Candidates:
+    B, K, V = log_probs.shape
+    tokens = jnp.broadcast_to(jnp.arange(V, dtype=jnp.int32), (B, K, V))
+    return Candidates(tokens, log_probs, jnp.ones((B, K, V), bool), tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class Unconstrained(Constraint):
+    """Allows every code at every level (the same beam search, nothing masked)."""
+
+    vocab_size: int
+    num_levels: int
+
+    def candidates(self, level: Level, state, log_probs: Float[Array, "B K V"]) -> Candidates:
+        return _all_tokens(log_probs)
+
+
+jax.tree_util.register_dataclass(
+    Unconstrained, data_fields=[], meta_fields=["vocab_size", "num_levels"]
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticConstraint(Constraint):
+    """STATIC: dense bit masks for the first d levels, then a fixed-width CSR slice per beam."""
+
+    index: StaticIndex
+
+    @property
+    def vocab_size(self) -> int:
+        return self.index.vocab_size
+
+    @property
+    def num_levels(self) -> int:
+        return self.index.num_levels
+
+    @property
+    def scan_start(self) -> int:
+        return max(self.index.dense_levels, 1)
+
+    def _is_dense(self, level: Level) -> bool:
+        return isinstance(level, int) and level < self.index.dense_levels
+
+    def candidates(self, level: Level, state, log_probs: Float[Array, "B K V"]) -> Candidates:
+        idx = self.index
+        if self._is_dense(level):
+            V = idx.vocab_size
+            code_BKV = state[..., None] * V + _iota(V, state.ndim)
+            valid = _bit(idx.dense_words, idx.dense_offsets[level], code_BKV)
+            out = _all_tokens(log_probs)
+            return out._replace(valid=valid, aux=code_BKV)
+        if isinstance(level, int):
+            width = idx.capacity.widths[level - idx.dense_levels]
+        else:
+            width = max(idx.capacity.widths)
+        s = jnp.clip(state, 0, idx.capacity.nodes - 1)
+        start = jnp.take(idx.row_ptr, s)
+        end = jnp.take(idx.row_ptr, s + 1)
+        edge_BKW = start[..., None] + _iota(width, state.ndim)
+        valid = edge_BKW < end[..., None]
+        tok_BKW = jnp.take(idx.tokens, edge_BKW, mode="clip").astype(jnp.int32)
+        lp_BKW = jnp.take_along_axis(log_probs, tok_BKW, axis=-1)
+        return Candidates(tok_BKW, lp_BKW, valid, edge_BKW)
+
+    def advance(self, level: Level, state, tokens: Int[Array, "B K"], aux: Int[Array, "B K"]):
+        idx = self.index
+        if self._is_dense(level):
+            if level + 1 < idx.dense_levels:
+                return aux
+            return _rank(idx, aux)
+        # Children are numbered like edges, shifted by the depth-d nodes that precede them.
+        return aux + idx.num_dense_nodes
+
+
+jax.tree_util.register_dataclass(StaticConstraint, data_fields=["index"], meta_fields=[])
+
+
+def _iota(n: int, lead: int) -> Int[Array, "..."]:
+    return jnp.arange(n, dtype=jnp.int32).reshape((1,) * lead + (n,))
+
+
+def _bit(words: Array, offset: int, code: Int[Array, "..."]) -> Bool[Array, "..."]:
+    w = jnp.take(words, offset + (code >> 5), mode="clip")
+    return ((w >> (code & 31).astype(jnp.uint32)) & 1).astype(bool)
+
+
+def _rank(idx: StaticIndex, code: Int[Array, "B K"]) -> Int[Array, "B K"]:
+    """Node id of a depth-d prefix code: set bits before it in the depth-d mask."""
+    off = idx.dense_offsets[-1]
+    w = jnp.take(idx.dense_words, off + (code >> 5), mode="clip")
+    below = w & ((jnp.uint32(1) << (code & 31).astype(jnp.uint32)) - jnp.uint32(1))
+    r = jnp.take(idx.rank, code >> 5, mode="clip")
+    return r + jax.lax.population_count(below).astype(jnp.int32)

@@ -1,0 +1,302 @@
+"""Host-side build, storage and loading of the STATIC index (the allowed-SID trie as flat arrays).
+
+Layout (levels are 0-based; the node of depth l is a prefix of l codes):
+- depths 1..d: one bit-packed dense mask per depth over the V**depth prefix codes (little-endian
+  bits in uint32 words), plus, for depth d, the number of set bits before each word (`rank`), so
+  that a depth-d prefix code maps to its node id with one gather and one popcount;
+- depths d..L-1: one global CSR over all nodes. Nodes are numbered depth by depth in lexicographic
+  order and so are the edges, hence the children of a node are contiguous and sorted, and the child
+  reached through edge e is node e + num_dense_nodes (no next-state array is stored);
+- per sparse level the maximum branch width (rounded up to a power of two), a static shape.
+A later end token for variable-length sequences is one more code whose edge leads to a childless
+node; the kernel is the same at every depth, so nothing here assumes equal lengths except `build`.
+"""
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+_MAX_DENSE_BITS = 1 << 28  # 32 MiB of mask per dense depth at most
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Capacity:
+    """Static shape metadata: indexes with equal capacity share one compiled program."""
+
+    nodes: int  # CSR rows (sparse source nodes), padded
+    edges: int  # CSR entries, padded
+    widths: tuple[int, ...]  # max branch width per sparse level (levels d..L-1)
+
+    def fits(self, other: "Capacity") -> bool:
+        """True when an index needing `other` fits into this capacity."""
+        return (
+            self.nodes >= other.nodes
+            and self.edges >= other.edges
+            and len(self.widths) == len(other.widths)
+            and all(a >= b for a, b in zip(self.widths, other.widths, strict=True))
+        )
+
+
+def bucket(n: int) -> int:
+    """Rounds up to 2**k * (1 + j/8): at most 12.5% padding, few distinct shapes."""
+    if n <= 16:
+        return max(n, 1)
+    step = 1 << (n.bit_length() - 4)
+    return -(-n // step) * step
+
+
+def _pow2(n: int, cap: int) -> int:
+    return min(1 << max(n - 1, 0).bit_length(), cap) if n > 0 else 1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StaticIndex:
+    """The STATIC index; a pytree whose arrays are leaves and whose shapes are static metadata."""
+
+    # Leaves are typed Any: numpy on the host, jax arrays or tracers on device, specs in tree maps.
+    dense_words: Any  # uint32, masks of depths 1..d concatenated
+    rank: Any  # int32 [words of the depth-d mask], set bits before each word
+    row_ptr: Any  # int32 [nodes + 1]
+    tokens: Any  # uint16 (V <= 65536) else int32 [edges]
+    num_dense_nodes: Any  # int32 scalar: nodes of depth d (the first CSR rows)
+    num_items: Any  # int32 scalar: distinct SIDs
+    vocab_size: int
+    num_levels: int
+    dense_levels: int
+    capacity: Capacity
+
+    @property
+    def dense_offsets(self) -> tuple[int, ...]:
+        """Word offset of each dense depth's mask in `dense_words` (static)."""
+        offs, total = [], 0
+        for depth in range(1, self.dense_levels + 1):
+            offs.append(total)
+            total += -(-(self.vocab_size**depth) // 32)
+        return tuple(offs)
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes per component and in total."""
+        parts = {
+            "dense_masks": self.dense_words.nbytes,
+            "dense_rank": self.rank.nbytes,
+            "row_ptr": self.row_ptr.nbytes,
+            "tokens": self.tokens.nbytes,
+        }
+        parts["total"] = sum(parts.values())
+        return parts
+
+    @classmethod
+    def build(
+        cls,
+        sids,
+        *,
+        vocab_size: int,
+        dense_levels: int = 2,
+        capacity: Capacity | None = None,
+    ) -> "StaticIndex":
+        """Builds the index from allowed SIDs int[N, L], any order, duplicates allowed.
+
+        `dense_levels` is lowered while V**d bits would exceed 2**28; `capacity` pads to a given
+        bucket (ValueError when the set does not fit) instead of the default rounding.
+        """
+        sids = _check_sids(sids, vocab_size)
+        N, L = sids.shape
+        V = vocab_size
+        d = min(dense_levels, L)
+        if d < 0:
+            raise ValueError(f"dense_levels must be >= 0, got {dense_levels}")
+        while d > 0 and V**d > _MAX_DENSE_BITS:
+            d -= 1
+        cols = _sorted_unique_columns(sids, V)  # L arrays [M], lexicographically sorted rows
+        M = cols[0].shape[0]
+        # starts[l][i]: row i begins a new prefix of length l+1.
+        changed = np.zeros(M, dtype=bool)
+        starts = []
+        for lev in range(L):
+            changed[1:] |= cols[lev][1:] != cols[lev][:-1]
+            s = changed.copy()
+            s[0] = True
+            starts.append(np.flatnonzero(s))
+        counts = [1] + [len(s) for s in starts]  # nodes per depth 0..L
+
+        dense_words, rank = _dense_masks(cols, starts, V, d)
+
+        # Sparse CSR over depths d..L-1; children of depth-l nodes are the depth-(l+1) nodes.
+        row_parts, tok_parts, widths = [], [], []
+        edge_off = 0
+        for lev in range(d, L):
+            if lev == 0:
+                parent = np.zeros(counts[1], dtype=np.int64)
+            else:
+                new_prefix = np.zeros(M, dtype=np.int32)
+                new_prefix[starts[lev - 1]] = 1
+                parent = np.cumsum(new_prefix)[starts[lev]] - 1
+            per_node = np.bincount(parent, minlength=counts[lev])
+            row_parts.append(edge_off + np.concatenate([[0], np.cumsum(per_node)[:-1]]))
+            tok_parts.append(cols[lev][starts[lev]])
+            widths.append(_pow2(int(per_node.max()), V))
+            edge_off += counts[lev + 1]
+        num_nodes = sum(counts[d:L])
+        if edge_off > _INT32_MAX - 1:
+            raise ValueError(f"sids: {edge_off} trie edges exceed the int32 range")
+        needed = Capacity(nodes=num_nodes, edges=edge_off, widths=tuple(widths))
+        if capacity is None:
+            capacity = Capacity(
+                nodes=bucket(num_nodes), edges=bucket(edge_off), widths=tuple(widths)
+            )
+        elif not capacity.fits(needed):
+            raise ValueError(
+                f"capacity: {capacity} is too small for this set, which needs {needed}"
+            )
+        tok_dtype = np.uint16 if V <= 65536 else np.int32
+        row_ptr = np.full(capacity.nodes + 1, edge_off, dtype=np.int32)
+        if row_parts:
+            row_ptr[:num_nodes] = np.concatenate(row_parts)
+        tokens = np.zeros(capacity.edges, dtype=tok_dtype)
+        if tok_parts:
+            tokens[:edge_off] = np.concatenate(tok_parts)
+        return cls(
+            dense_words=dense_words,
+            rank=rank,
+            row_ptr=row_ptr,
+            tokens=tokens,
+            num_dense_nodes=np.asarray(counts[d], dtype=np.int32),
+            num_items=np.asarray(M, dtype=np.int32),
+            vocab_size=V,
+            num_levels=L,
+            dense_levels=d,
+            capacity=capacity,
+        )
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes an .npz (arrays plus JSON metadata, no pickle), atomically."""
+        path = Path(path)
+        meta = {
+            "vocab_size": self.vocab_size,
+            "num_levels": self.num_levels,
+            "dense_levels": self.dense_levels,
+            "capacity": dataclasses.asdict(self.capacity),
+        }
+        arrays = {f: np.asarray(getattr(self, f)) for f in _DATA_FIELDS}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "StaticIndex":
+        """Reads an index written by `save`."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such STATIC index file")
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in ("meta", *_DATA_FIELDS) if k not in z.files]
+            if missing:
+                raise ValueError(f"{path}: not a STATIC index (missing {missing})")
+            meta = json.loads(z["meta"].tobytes().decode())
+            arrays = {f: z[f] for f in _DATA_FIELDS}
+        cap = meta.pop("capacity")
+        cap["widths"] = tuple(cap["widths"])
+        return cls(**arrays, **meta, capacity=Capacity(**cap))
+
+
+_DATA_FIELDS = ("dense_words", "rank", "row_ptr", "tokens", "num_dense_nodes", "num_items")
+jax.tree_util.register_dataclass(
+    StaticIndex,
+    data_fields=list(_DATA_FIELDS),
+    meta_fields=["vocab_size", "num_levels", "dense_levels", "capacity"],
+)
+
+
+def _check_sids(sids, vocab_size: int) -> np.ndarray:
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int | np.integer):
+        raise ValueError(f"vocab_size must be an int, got {vocab_size!r}")
+    if vocab_size < 1:
+        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+    sids = np.asarray(sids)
+    if not np.issubdtype(sids.dtype, np.integer):
+        raise ValueError(f"sids: expected an integer array, got dtype {sids.dtype}")
+    if sids.ndim != 2:
+        raise ValueError(f"sids: expected rank 2 [N, L], got shape {sids.shape}")
+    if sids.shape[0] == 0 or sids.shape[1] == 0:
+        raise ValueError(f"sids: the allowed set is empty (shape {sids.shape})")
+    lo, hi = sids.min(), sids.max()
+    if lo < 0 or hi >= vocab_size:
+        bad = np.argwhere((sids < 0) | (sids >= vocab_size))[0]
+        raise ValueError(
+            f"sids[{bad[0]}, {bad[1]}] = {sids[bad[0], bad[1]]} is outside "
+            f"[0, vocab_size={vocab_size})"
+        )
+    return sids
+
+
+def _sorted_unique_columns(sids: np.ndarray, V: int) -> list[np.ndarray]:
+    """Lexicographically sorted distinct rows, one array per column (codes packed in uint64)."""
+    N, L = sids.shape
+    bits = max(1, (V - 1).bit_length())
+    per_word = 64 // bits
+    words = []
+    for start in range(0, L, per_word):
+        w = np.zeros(N, dtype=np.uint64)
+        for j in range(start, min(start + per_word, L)):
+            w = (w << np.uint64(bits)) | sids[:, j].astype(np.uint64)
+        words.append(w)
+    if len(words) == 1:
+        words = [np.unique(words[0])]
+    else:
+        # LSD order: unstable sort on the last word, then stable sorts towards the first.
+        order = np.argsort(words[-1])
+        for w in reversed(words[:-1]):
+            order = order[np.argsort(w[order], kind="stable")]
+        words = [w[order] for w in words]
+        dup = np.ones(N - 1, dtype=bool)
+        for w in words:
+            dup &= w[1:] == w[:-1]
+        if dup.any():
+            keep = np.concatenate([[True], ~dup])
+            words = [w[keep] for w in words]
+    tok_dtype = np.uint16 if V <= 65536 else np.int32
+    mask = np.uint64((1 << bits) - 1)
+    cols = []
+    for start, w in zip(range(0, L, per_word), words, strict=True):
+        n_here = min(per_word, L - start)
+        for j in range(n_here):
+            shift = np.uint64(bits * (n_here - 1 - j))
+            cols.append(((w >> shift) & mask).astype(tok_dtype))
+    return cols
+
+
+def _dense_masks(cols, starts, V: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bit-packed masks of depths 1..d and the rank directory of depth d."""
+    if d == 0:
+        return np.zeros(1, np.uint32), np.zeros(1, np.int32)
+    parts = []
+    code = None
+    for depth in range(1, d + 1):
+        rows = starts[depth - 1]
+        c = cols[depth - 1][rows].astype(np.int64)
+        if depth == 1:
+            code = c
+        else:
+            # Prefix codes of the depth-(depth-1) parent of each row, then one more digit.
+            parent_rows = np.searchsorted(starts[depth - 2], rows, side="right") - 1
+            code = code[parent_rows] * V + c
+        nbits = V**depth
+        bitmap = np.zeros(-(-nbits // 32) * 32, dtype=bool)
+        bitmap[code] = True
+        parts.append(np.packbits(bitmap, bitorder="little").view("<u4"))
+    per_word = bitmap.reshape(-1, 32).sum(axis=1, dtype=np.int32)
+    rank = np.concatenate([[0], np.cumsum(per_word)[:-1]]).astype(np.int32)
+    return np.concatenate(parts).astype(np.uint32), rank
