@@ -157,19 +157,28 @@ def prepare(cfg: DataConfig, raw_dir: Path | None, out_dir: Path) -> Path:
     return out_dir
 
 
-def _records(data_dir: Path, config: str) -> list[dict]:
-    source = tfds.data_source(f"{BUILDER_NAME}/{config}", data_dir=os.fspath(data_dir))["train"]
+def data_source(out_dir: Path, config: str = "users"):
+    """The prepared records as a random-access tfds data source (usable by grain.MapDataset)."""
+    out_dir = Path(out_dir)
+    if not (out_dir / _KEY_FILE).is_file():
+        raise FileNotFoundError(f"{out_dir}: no prepared dataset here; run `genret prepare` first")
+    if config not in ("users", "items"):
+        raise ValueError(f"config must be 'users' or 'items', got {config!r}")
+    path = os.fspath(out_dir / "tfds")
+    return tfds.data_source(f"{BUILDER_NAME}/{config}", data_dir=path)["train"]
+
+
+def _records(out_dir: Path, config: str) -> list[dict]:
+    source = data_source(out_dir, config)
     return source.__getitems__(list(range(len(source))))
 
 
 def load_prepared(out_dir: Path) -> InteractionData:
     """Reads a prepared folder back into an InteractionData (records re-ordered by index)."""
     out_dir = Path(out_dir)
-    if not (out_dir / _KEY_FILE).is_file():
-        raise FileNotFoundError(f"{out_dir}: no prepared dataset here; run `genret prepare` first")
+    users = sorted(_records(out_dir, "users"), key=lambda r: int(r["user"]))
+    items = sorted(_records(out_dir, "items"), key=lambda r: int(r["item"]))
     meta = json.loads((out_dir / _KEY_FILE).read_text())
-    users = sorted(_records(out_dir / "tfds", "users"), key=lambda r: int(r["user"]))
-    items = sorted(_records(out_dir / "tfds", "items"), key=lambda r: int(r["item"]))
     lengths = np.array([len(r["items"]) for r in users], np.int64)
     histories = Histories(
         items=np.concatenate([r["items"] for r in users]).astype(np.int32),
