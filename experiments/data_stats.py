@@ -1,0 +1,31 @@
+"""Print dataset and cold-start statistics of WORKDIR/prepared as JSON on stdout.
+
+Fields: users, items, interactions, time range, history lengths, and for each cold-start fraction
+of the config (default 2% and 5%): cold items and test users.
+"""
+
+import argparse
+import json
+
+from data import prepared, stats
+from experiments import common
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_workdir_arg(parser)
+    parser.add_argument(
+        "--fractions",
+        type=float,
+        nargs="+",
+        default=None,
+        help="cold-start fractions (default: the config's eval.cold_start_fractions)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    fractions = args.fractions
+    if fractions is None:
+        fractions = common.resolve_config(args, save=False).eval.cold_start_fractions
+    ds = prepared.load_prepared(common.prepared_dir(args.workdir))
+    print(json.dumps(stats.dataset_stats(ds, tuple(fractions)), indent=2))
+    return 0
