@@ -104,6 +104,16 @@ def read_reviews(path: str | os.PathLike, *, skip_bad_lines: bool = False):
     return users, asins, np.asarray(times, np.int64), report
 
 
+def _parse_meta_line(line: str):
+    """Strict JSON when it parses (fast), else a Python literal as in the original release."""
+    if line.startswith('{"'):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            pass
+    return ast.literal_eval(line)
+
+
 def read_meta(path: str | os.PathLike, wanted: set[str], *, skip_bad_lines: bool = False):
     """Returns ({asin: metadata dict} for the wanted asins, report); first line per asin wins."""
     path = Path(path)
@@ -117,8 +127,8 @@ def read_meta(path: str | os.PathLike, wanted: set[str], *, skip_bad_lines: bool
         if m and (m.group(1) not in wanted or m.group(1) in meta):
             continue
         try:
-            d = json.loads(line) if line.startswith('{"') else ast.literal_eval(line)
-        except (ValueError, SyntaxError, MemoryError, RecursionError, json.JSONDecodeError) as e:
+            d = _parse_meta_line(line)
+        except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
             bad(lineno, f"malformed metadata ({type(e).__name__})")
             continue
         if not isinstance(d, dict) or not isinstance(d.get("asin"), str):

@@ -131,6 +131,14 @@ def prepare(cfg: DataConfig, raw_dir: Path | None, out_dir: Path) -> Path:
     if is_prepared(out_dir, key):
         return out_dir
     options = dict(five_core=cfg.five_core, skip_bad_lines=cfg.skip_bad_lines, key=key)
+    try:
+        _write(out_dir, raw_dir, files, cfg, key, options)
+    finally:
+        _read_cache.clear()
+    return out_dir
+
+
+def _write(out_dir: Path, raw_dir: Path, files: list[Path], cfg: DataConfig, key: str, options):
     with atomic.atomic_dir(out_dir) as tmp:
         for name in ("users", "items"):
             builder = GenretInteractions(
@@ -153,8 +161,6 @@ def prepare(cfg: DataConfig, raw_dir: Path | None, out_dir: Path) -> Path:
                 "config": dataclasses.asdict(cfg),
             },
         )
-    _read_cache.clear()
-    return out_dir
 
 
 def data_source(out_dir: Path, config: str = "users"):

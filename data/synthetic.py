@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from data import atomic
 from data.config import SyntheticConfig
@@ -115,7 +116,7 @@ def _simulate(cfg: SyntheticConfig, cat: _Catalog, rng: np.random.Generator):
     for ids in cat.series_items:
         position[ids] = np.arange(len(ids))
     out = []
-    for _ in range(cfg.num_users):
+    for _ in tqdm(range(cfg.num_users), desc="synthetic users", leave=False, mininterval=1.0):
         n = int(min(5 + rng.geometric(1 / 5), 40))
         favs = rng.choice(C, size=1 + int(rng.random() < 0.4), replace=False, p=cat_pop)
         gaps = np.where(rng.random(n) < 0.45, 0, rng.geometric(1 / 20, n))

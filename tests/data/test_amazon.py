@@ -114,3 +114,10 @@ def test_real_counts(amazon_root):
         ), cat
         assert ds.report["items_without_meta"] == 0
         assert all(np.all(np.diff(ds.histories.times_of(u)) >= 0) for u in range(50))
+
+
+def test_json_looking_meta_line_with_python_values(tmp_path):
+    raw = make_raw_dir(tmp_path, "Tiny")
+    (raw / "meta_Tiny.json").write_text('{"asin": "A", "title": "Alpha", "price": None}\n')
+    ds = amazon.read_raw_dir(raw, five_core=False)
+    assert ds.catalog.texts[0] == "Alpha" and ds.report["items_without_meta"] == 3

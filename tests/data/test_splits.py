@@ -87,3 +87,16 @@ def test_holdout_last_is_seeded_and_removes_targets():
         assert vh[j].tolist() == h[[0, 2, 3][u]][:-1].tolist()
     everyone = splits.holdout_last(h, max_users=10, seed=1)[2]
     assert sorted(everyone.tolist()) == [2, 8, 11]
+
+
+@pytest.mark.real_data
+def test_beauty_cold_start_acceptance(amazon_root):
+    from data import amazon
+
+    ds = amazon.read_raw_dir(amazon_root / "Beauty")
+    for fraction, cold, users in ((0.02, 243, 1548), (0.05, 606, 3493)):
+        s = splits.cold_start_split(ds, fraction)
+        assert (len(s.cold_items), len(s.test_users)) == (cold, users), fraction
+        assert not s.cold_mask[s.train.items].any()
+        assert not s.cold_mask[s.test_histories.items].any()
+        assert s.cold_mask[s.test_targets].all() and s.test_histories.lengths().min() >= 1
