@@ -95,7 +95,7 @@ def _select(scores_BK: Float[Array, "B K"], cand: Candidates, K: int):
     flat = jnp.minimum(flat, Kin * C - 1)
     parent = flat // C
     token = jnp.take_along_axis(cand.tokens.reshape(B, Kin * C), flat, axis=1)
-    aux = jnp.take_along_axis(cand.aux.reshape(B, Kin * C), flat, axis=1)
+    aux = jax.tree.map(lambda a: jnp.take_along_axis(a.reshape(B, Kin * C), flat, axis=1), cand.aux)
     return parent, token, aux, top
 
 

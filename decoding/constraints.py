@@ -18,7 +18,7 @@ class Candidates(NamedTuple):
     tokens: Int[Array, "B K C"]
     log_probs: Float[Array, "B K C"]  # the model's log-prob of each candidate token
     valid: Bool[Array, "B K C"]
-    aux: Int[Array, "B K C"]  # constraint-private, handed back to `advance` for the chosen ones
+    aux: object  # constraint-private pytree of [B, K, C] leaves, handed back to `advance`
 
 
 class Constraint:
@@ -39,7 +39,7 @@ class Constraint:
     def candidates(self, level: Level, state, log_probs: Float[Array, "B K V"]) -> Candidates:
         raise NotImplementedError
 
-    def advance(self, level: Level, state, tokens: Int[Array, "B K"], aux: Int[Array, "B K"]):
+    def advance(self, level: Level, state, tokens: Int[Array, "B K"], aux):
         return aux
 
 

@@ -116,52 +116,40 @@ class StaticIndex:
             d -= 1
         cols = _sorted_unique_columns(sids, V)  # L arrays [M], lexicographically sorted rows
         M = cols[0].shape[0]
-        # starts[l][i]: row i begins a new prefix of length l+1.
+        # starts[l]: the rows that begin a new prefix of length l+1 (its node at depth l+1).
         changed = np.zeros(M, dtype=bool)
         starts = []
         for lev in range(L):
             changed[1:] |= cols[lev][1:] != cols[lev][:-1]
-            s = changed.copy()
-            s[0] = True
-            starts.append(np.flatnonzero(s))
+            changed[0] = True
+            starts.append(np.flatnonzero(changed).astype(np.int32))
         counts = [1] + [len(s) for s in starts]  # nodes per depth 0..L
 
         dense_words, rank = _dense_masks(cols, starts, V, d)
 
-        # Sparse CSR over depths d..L-1; children of depth-l nodes are the depth-(l+1) nodes.
-        row_parts, tok_parts, widths = [], [], []
-        edge_off = 0
-        for lev in range(d, L):
-            if lev == 0:
-                parent = np.zeros(counts[1], dtype=np.int64)
-            else:
-                new_prefix = np.zeros(M, dtype=np.int32)
-                new_prefix[starts[lev - 1]] = 1
-                parent = np.cumsum(new_prefix)[starts[lev]] - 1
-            per_node = np.bincount(parent, minlength=counts[lev])
-            row_parts.append(edge_off + np.concatenate([[0], np.cumsum(per_node)[:-1]]))
-            tok_parts.append(cols[lev][starts[lev]])
-            widths.append(_pow2(int(per_node.max()), V))
-            edge_off += counts[lev + 1]
-        num_nodes = sum(counts[d:L])
-        if edge_off > _INT32_MAX - 1:
-            raise ValueError(f"sids: {edge_off} trie edges exceed the int32 range")
-        needed = Capacity(nodes=num_nodes, edges=edge_off, widths=tuple(widths))
+        # Sparse CSR over depths d..L-1; two passes so that no level's rows are held twice.
+        widths = [_pow2(int(np.diff(_first_child(starts, lev, M)).max()), V) for lev in range(d, L)]
+        num_nodes, num_edges = sum(counts[d:L]), sum(counts[d + 1 : L + 1])
+        if num_edges > _INT32_MAX - 1:
+            raise ValueError(f"sids: {num_edges} trie edges exceed the int32 range")
+        needed = Capacity(nodes=num_nodes, edges=num_edges, widths=tuple(widths))
         if capacity is None:
             capacity = Capacity(
-                nodes=bucket(num_nodes), edges=bucket(edge_off), widths=tuple(widths)
+                nodes=bucket(num_nodes), edges=bucket(num_edges), widths=tuple(widths)
             )
         elif not capacity.fits(needed):
             raise ValueError(
                 f"capacity: {capacity} is too small for this set, which needs {needed}"
             )
-        tok_dtype = np.uint16 if V <= 65536 else np.int32
-        row_ptr = np.full(capacity.nodes + 1, edge_off, dtype=np.int32)
-        if row_parts:
-            row_ptr[:num_nodes] = np.concatenate(row_parts)
-        tokens = np.zeros(capacity.edges, dtype=tok_dtype)
-        if tok_parts:
-            tokens[:edge_off] = np.concatenate(tok_parts)
+        row_ptr = np.full(capacity.nodes + 1, num_edges, dtype=np.int32)
+        tokens = np.zeros(capacity.edges, dtype=np.uint16 if V <= 65536 else np.int32)
+        node_off = edge_off = 0
+        for lev in range(d, L):
+            first = _first_child(starts, lev, M)[:-1]
+            row_ptr[node_off : node_off + counts[lev]] = first + edge_off
+            tokens[edge_off : edge_off + counts[lev + 1]] = cols[lev][starts[lev]]
+            node_off += counts[lev]
+            edge_off += counts[lev + 1]
         return cls(
             dense_words=dense_words,
             rank=rank,
@@ -240,6 +228,17 @@ def _check_sids(sids, vocab_size: int) -> np.ndarray:
             f"[0, vocab_size={vocab_size})"
         )
     return sids
+
+
+def _first_child(starts: list[np.ndarray], lev: int, M: int) -> np.ndarray:
+    """Index of the first depth-(lev+1) child of each depth-lev node, plus the child count."""
+    if lev == 0:
+        return np.array([0, len(starts[0])], dtype=np.int32)
+    child_of_row = np.zeros(M, dtype=np.int32)
+    child_of_row[starts[lev]] = 1
+    np.cumsum(child_of_row, out=child_of_row)
+    first = child_of_row[starts[lev - 1]] - 1
+    return np.append(first, np.int32(len(starts[lev])))
 
 
 def _sorted_unique_columns(sids: np.ndarray, V: int) -> list[np.ndarray]:

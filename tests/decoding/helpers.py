@@ -20,11 +20,17 @@ def random_log_probs(rng, B, L, V):
     return np.asarray(jax.nn.log_softmax(rng.normal(size=(B, L, V)) * 2, axis=-1), np.float32)
 
 
-def run(constraint, lp_BLV, K, unroll=True):
-    B, L, V = lp_BLV.shape
-    f = jax.jit(
+@functools.cache
+def jitted_search(K, L, unroll):
+    """One jitted beam search per shape config, so tests reuse compilations."""
+    return jax.jit(
         functools.partial(beam_search, table_step, beam_size=K, num_levels=L, unroll=unroll)
     )
+
+
+def run(constraint, lp_BLV, K, unroll=True):
+    B, L, V = lp_BLV.shape
+    f = jitted_search(K, L, unroll)
     return f(jnp.asarray(lp_BLV[:, 0]), {"lp": jnp.asarray(lp_BLV)}, constraint)
 
 
