@@ -116,6 +116,7 @@ def resolve_raw_dir(cfg: DataConfig, raw_dir: Path | None, out_dir: Path) -> Pat
 
 
 def is_prepared(out_dir: Path, key: str) -> bool:
+    """Whether out_dir holds a complete prepared dataset with this content key."""
     try:
         return json.loads((Path(out_dir) / _KEY_FILE).read_text())["key"] == key
     except (FileNotFoundError, json.JSONDecodeError, KeyError):

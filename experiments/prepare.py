@@ -14,7 +14,12 @@ from experiments import common
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", choices=common.DATASETS, default="synthetic")
+    parser.add_argument(
+        "--dataset",
+        choices=common.DATASETS,
+        default=None,
+        help="default: the config's data.dataset (synthetic for a fresh work directory)",
+    )
     parser.add_argument(
         "--raw-dir",
         type=Path,
@@ -34,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     if args.skip_bad_lines:
         args.overrides = [*args.overrides, "data.skip_bad_lines=true"]
     cfg = common.resolve_config(args, dataset=args.dataset)
-    if args.dataset == "synthetic":
+    dataset = cfg.data.dataset
+    if dataset == "synthetic":
         if args.raw_dir is not None:
             raise ValueError("--raw-dir: the synthetic dataset is generated into WORKDIR/raw")
         raw_dir = args.workdir / "raw"
@@ -43,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     elif cfg.data.raw_dir:
         raw_dir = Path(cfg.data.raw_dir)
     else:
-        raw_dir = common.default_raw_dir(args.dataset)
+        raw_dir = common.default_raw_dir(dataset)
     out = prepared.prepare(cfg.data, raw_dir, common.prepared_dir(args.workdir))
     report = json.loads((out / "report.json").read_text())
     print(json.dumps({"prepared": str(out), **report}))
