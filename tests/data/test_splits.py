@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from data import splits
 from data.types import Catalog, Histories, InteractionData
@@ -100,3 +102,24 @@ def test_beauty_cold_start_acceptance(amazon_root):
         assert not s.cold_mask[s.train.items].any()
         assert not s.cold_mask[s.test_histories.items].any()
         assert s.cold_mask[s.test_targets].all() and s.test_histories.lengths().min() >= 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=8), min_size=1, max_size=12),
+    st.lists(st.integers(0, 5), min_size=12, max_size=12),
+    st.sampled_from([0.05, 0.2, 0.5]),
+)
+def test_cold_start_split_invariants(items, first_time, fraction):
+    ds = _dataset(items, first_time)
+    s = splits.cold_start_split(ds, fraction)
+    assert s.cold_mask.sum() >= np.ceil(fraction * 12) and len(s.train) == len(items)
+    assert not s.cold_mask[s.train.items].any()
+    assert s.train.items.size == (~s.cold_mask[ds.histories.items]).sum()
+    for j, u in enumerate(s.test_users.tolist()):
+        h = ds.histories[u].tolist()
+        first = next(k for k, i in enumerate(h) if s.cold_mask[i])
+        assert first >= 1 and s.test_targets[j] == h[first]
+        assert s.test_histories[j].tolist() == h[:first]
+    expected = [u for u, h in enumerate(items) if any(s.cold_mask[h]) and not s.cold_mask[h[0]]]
+    assert s.test_users.tolist() == expected
