@@ -1,0 +1,198 @@
+"""The decoder-only retriever: pre-norm rotary attention blocks, gated MLP, KV-cache decoding."""
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from seqmodel.config import SeqModelConfig
+from seqmodel.tokens import NUM_SPECIAL, PAD, TokenSpace
+
+
+def _dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
+    if key is None or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0.0)
+
+
+def _rope(x_BTHd: jax.Array, positions_BT: jax.Array) -> jax.Array:
+    half = x_BTHd.shape[-1] // 2
+    freqs = 10000.0 ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles_BTf = positions_BT[:, :, None].astype(jnp.float32) * freqs[None, None, :]
+    sin, cos = jnp.sin(angles_BTf)[:, :, None, :], jnp.cos(angles_BTf)[:, :, None, :]
+    x1, x2 = x_BTHd[..., :half], x_BTHd[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+class RMSNorm(nnx.Module):
+    """Root-mean-square normalisation with a learned scale."""
+
+    def __init__(self, dim: int, *, rngs: nnx.Rngs):
+        del rngs
+        self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        var = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
+        scale = self.scale[...].reshape((1,) * (x.ndim - 1) + (-1,))
+        return x * jax.lax.rsqrt(var + 1e-6) * scale
+
+
+class Attention(nnx.Module):
+    """Multi-head causal self-attention with rotary positions; optionally writes into a KV cache."""
+
+    def __init__(self, cfg: SeqModelConfig, *, rngs: nnx.Rngs):
+        D, self.num_heads = cfg.d_model, cfg.num_heads
+        self.qkv = nnx.Linear(D, 3 * D, use_bias=False, rngs=rngs)
+        self.out = nnx.Linear(D, D, use_bias=False, rngs=rngs)
+
+    def __call__(self, x_BTD, positions_BT, mask_BTS, cache_kv=None, write_index=None):
+        B, T, D = x_BTD.shape
+        q, k, v = jnp.split(self.qkv(x_BTD).reshape(B, T, 3 * self.num_heads, -1), 3, axis=2)
+        q, k = _rope(q, positions_BT), _rope(k, positions_BT)
+        if cache_kv is not None:
+            k = jax.lax.dynamic_update_slice_in_dim(cache_kv[0], k, write_index, axis=1)
+            v = jax.lax.dynamic_update_slice_in_dim(cache_kv[1], v, write_index, axis=1)
+        y = jax.nn.dot_product_attention(q, k, v, mask=mask_BTS[:, None, :, :])
+        return self.out(y.reshape(B, T, D)), (k, v)
+
+
+class DecoderBlock(nnx.Module):
+    """Pre-norm residual block: attention then a SiLU-gated MLP."""
+
+    def __init__(self, cfg: SeqModelConfig, *, rngs: nnx.Rngs):
+        D, F = cfg.d_model, cfg.mlp_dim
+        self.rate = cfg.dropout
+        self.norm1 = RMSNorm(D, rngs=rngs)
+        self.attn = Attention(cfg, rngs=rngs)
+        self.norm2 = RMSNorm(D, rngs=rngs)
+        self.gate = nnx.Linear(D, F, use_bias=False, rngs=rngs)
+        self.up = nnx.Linear(D, F, use_bias=False, rngs=rngs)
+        self.down = nnx.Linear(F, D, use_bias=False, rngs=rngs)
+
+    def __call__(self, x, positions, mask, key=None, cache_kv=None, write_index=None):
+        k1, k2 = jax.random.split(key) if key is not None else (None, None)
+        y, kv = self.attn(self.norm1(x), positions, mask, cache_kv, write_index)
+        x = x + _dropout(y, self.rate, k1)
+        h = self.norm2(x)
+        y = self.down(jax.nn.silu(self.gate(h)) * self.up(h))
+        return x + _dropout(y, self.rate, k2), kv
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Keys/values of every layer and which positions hold real tokens; every leaf leads with B.
+
+    Plain annotations: beam search tiles the leaves to [B, K, ...], so their rank varies.
+    """
+
+    k: jax.Array  # [B, layers, S, H, d]
+    v: jax.Array  # [B, layers, S, H, d]
+    key_valid: jax.Array  # bool [B, S]
+
+
+class Decoder(nnx.Module):
+    """Token embedding, a stack of DecoderBlocks, and one head of V codes per SID level."""
+
+    def __init__(self, cfg: SeqModelConfig, space: TokenSpace, *, rngs: nnx.Rngs):
+        self.cfg, self.space = cfg, space
+        self.context = space.context_length(cfg.max_history)
+        self.embed = nnx.Embed(space.vocab_size, cfg.d_model, rngs=rngs)
+        self.blocks = nnx.List([DecoderBlock(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.norm = RMSNorm(cfg.d_model, rngs=rngs)
+        # Small output init: near-uniform code softmaxes at step 0 (loss ~ ln V), calmer start.
+        self.head = nnx.Linear(
+            cfg.d_model,
+            space.num_levels * space.codebook_size,
+            use_bias=False,
+            kernel_init=nnx.initializers.normal(0.02),
+            rngs=rngs,
+        )
+
+    def _logits(self, x_BTD: jax.Array) -> jax.Array:
+        B, T, _ = x_BTD.shape
+        out = self.head(self.norm(x_BTD))
+        return out.reshape(B, T, self.space.num_levels, self.space.codebook_size)
+
+    def __call__(
+        self, tokens: Int[Array, "B T"], dropout_key: jax.Array | None = None
+    ) -> Float[Array, "B T L V"]:
+        """Logits of every level's codes at every position (training forward)."""
+        B, T = tokens.shape
+        positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
+        mask = _causal_mask(tokens != PAD)
+        x = self.embed(tokens)
+        for i, block in enumerate(self.blocks):
+            key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
+            x, _ = block(x, positions, mask, key)
+        return self._logits(x)
+
+    def prefill(self, tokens: Int[Array, "B T"]) -> tuple[Float[Array, "B V"], KVCache]:
+        """Level-0 log-probs after a left-padded history, and the cache for the remaining steps."""
+        B, T = tokens.shape
+        if T > self.context:
+            raise ValueError(
+                f"histories: {T} tokens exceed the model's context of {self.context} "
+                f"(max_history={self.cfg.max_history} items x {self.space.num_levels} tokens + BOS)"
+            )
+        S = T + self.space.num_levels - 1
+        positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
+        key_valid = jnp.concatenate(
+            [tokens != PAD, jnp.ones((B, self.space.num_levels - 1), bool)], axis=1
+        )
+        mask = _causal_mask(tokens != PAD)
+        mask_BTS = jnp.concatenate([mask, jnp.zeros((B, T, S - T), bool)], axis=2)
+        x = self.embed(tokens)
+        H, d = self.cfg.num_heads, self.cfg.d_model // self.cfg.num_heads
+        empty = jnp.zeros((B, S, H, d), x.dtype)
+        ks, vs = [], []
+        for block in self.blocks:
+            x, (k, v) = block(x, positions, mask_BTS, None, (empty, empty), 0)
+            ks.append(k)
+            vs.append(v)
+        log_probs = jax.nn.log_softmax(self._logits(x[:, -1:, :])[:, 0, 0, :], axis=-1)
+        return log_probs, KVCache(k=jnp.stack(ks, 1), v=jnp.stack(vs, 1), key_valid=key_valid)
+
+    def step(
+        self, codes: Int[Array, "B K"], level: int | Int[Array, ""], cache: KVCache
+    ) -> tuple[Float[Array, "B K V"], KVCache]:
+        """Feeds the codes chosen at `level - 1`; returns log-probs over level `level`'s codes."""
+        B, K = codes.shape
+        S = cache.key_valid.shape[-1]
+        flat = jax.tree.map(lambda a: a.reshape(B * K, *a.shape[2:]), cache)
+        pos = S - self.space.num_levels + level  # the slot of the fed token
+        tokens = NUM_SPECIAL + (level - 1) * self.space.codebook_size + codes.reshape(B * K, 1)
+        positions = jnp.full((B * K, 1), pos, jnp.int32)
+        mask = (flat.key_valid & (jnp.arange(S)[None, :] <= pos))[:, None, :]
+        x = self.embed(tokens)
+        ks, vs = [], []
+        for i, block in enumerate(self.blocks):
+            kv = (flat.k[:, i], flat.v[:, i])
+            x, (k, v) = block(x, positions, mask, None, kv, pos)
+            ks.append(k)
+            vs.append(v)
+        logits = jax.lax.dynamic_index_in_dim(self._logits(x)[:, 0], level, axis=1, keepdims=False)
+        new = KVCache(k=jnp.stack(ks, 1), v=jnp.stack(vs, 1), key_valid=flat.key_valid)
+        new = jax.tree.map(lambda a: a.reshape(B, K, *a.shape[1:]), new)
+        return jax.nn.log_softmax(logits, axis=-1).reshape(B, K, -1), new
+
+
+def _causal_mask(valid_BT: jax.Array) -> jax.Array:
+    """Causal mask over real tokens; a PAD query sees itself so its softmax stays finite."""
+    T = valid_BT.shape[1]
+    causal = jnp.tril(jnp.ones((T, T), bool))[None, :, :]
+    eye = jnp.eye(T, dtype=bool)[None, :, :]
+    return (causal & valid_BT[:, None, :]) | eye
+
+
+def token_log_likelihood(
+    logits: Float[Array, "B T L V"], targets: Int[Array, "B T"], space: TokenSpace
+) -> Float[Array, "B T"]:
+    """log p(target) under its own level's softmax; PAD/BOS targets give 0 (mask them by weight)."""
+    code_ids = jnp.maximum(targets - NUM_SPECIAL, 0)
+    level = code_ids // space.codebook_size
+    code = code_ids % space.codebook_size
+    logits_BTV = jnp.take_along_axis(logits, level[:, :, None, None], axis=2)[:, :, 0, :]
+    log_probs = jax.nn.log_softmax(logits_BTV, axis=-1)
+    return jnp.take_along_axis(log_probs, code[:, :, None], axis=2)[:, :, 0]

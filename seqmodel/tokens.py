@@ -1,0 +1,118 @@
+"""SID -> level-offset token ids, and histories -> fixed-length left-padded token arrays."""
+
+import dataclasses
+
+import grain
+import numpy as np
+from jaxtyping import Float, Int
+
+from data.types import Histories
+
+PAD = 0
+BOS = 1
+NUM_SPECIAL = 2
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TokenSpace:
+    """Token ids: PAD, BOS, then one block of `codebook_size` codes per SID level."""
+
+    num_levels: int  # L+1: SID columns, collision level included
+    codebook_size: int  # V
+
+    @property
+    def vocab_size(self) -> int:
+        return NUM_SPECIAL + self.num_levels * self.codebook_size
+
+    def context_length(self, max_history: int) -> int:
+        """Prefill length of a full history: BOS + max_history items."""
+        return 1 + max_history * self.num_levels
+
+
+def sid_tokens(sids: Int[np.ndarray, "N L"], codebook_size: int) -> Int[np.ndarray, "N L"]:
+    """Level-offset token ids of every item's SID."""
+    sids = np.asarray(sids)
+    if sids.ndim != 2 or not np.issubdtype(sids.dtype, np.integer):
+        raise ValueError(f"sids: expected an integer array [N, L], got {sids.dtype}{sids.shape}")
+    if sids.size and (sids.min() < 0 or sids.max() >= codebook_size):
+        raise ValueError(
+            f"sids: codes must be in [0, {codebook_size}), got [{sids.min()}, {sids.max()}]"
+        )
+    offsets = NUM_SPECIAL + codebook_size * np.arange(sids.shape[1])
+    return (sids + offsets[None, :]).astype(np.int32)
+
+
+def encode_history(
+    item_tokens: Int[np.ndarray, "N L"], items: Int[np.ndarray, " n"], max_history: int
+) -> Int[np.ndarray, " T"]:
+    """BOS + the tokens of the last `max_history` items, left-padded to 1 + max_history * L."""
+    L = item_tokens.shape[1]
+    kept = np.asarray(items)[-max_history:]
+    out = np.full(1 + max_history * L, PAD, np.int32)
+    body = item_tokens[kept].reshape(-1)
+    out[len(out) - len(body) :] = body
+    out[len(out) - len(body) - 1] = BOS
+    return out
+
+
+def encode_histories(
+    item_tokens: Int[np.ndarray, "N L"], h: Histories, max_history: int
+) -> Int[np.ndarray, "U T"]:
+    """encode_history for every user of `h`."""
+    return np.stack([encode_history(item_tokens, h[u], max_history) for u in range(len(h))])
+
+
+def training_example(
+    item_tokens: Int[np.ndarray, "N L"], items: Int[np.ndarray, " n"], max_history: int, layout: str
+) -> tuple[Int[np.ndarray, " T"], Int[np.ndarray, " T"], Float[np.ndarray, " T"]]:
+    """(inputs, targets, weights): next-token pairs with the loss on items 2..n or the last item."""
+    seq = encode_history(item_tokens, items, max_history)
+    L = item_tokens.shape[1]
+    n = min(len(items), max_history)
+    weights = np.zeros(len(seq) - 1, np.float32)
+    # targets[t] = seq[t + 1]; item j (0-based among the kept) occupies the tail block n - j.
+    first_target = n - 1 if layout == "causal" else 1
+    if n >= 2:
+        weights[len(weights) - first_target * L :] = 1.0
+    return seq[:-1], seq[1:], weights
+
+
+class TokenizeExample(grain.transforms.Map):
+    """grain transform: {"items": int32[n]} -> fixed-length inputs/targets/weights arrays."""
+
+    def __init__(self, item_tokens: np.ndarray, max_history: int, layout: str):
+        self.item_tokens = np.asarray(item_tokens, np.int32)
+        self.max_history = max_history
+        self.layout = layout
+
+    def map(self, element: dict) -> dict:
+        inputs, targets, weights = training_example(
+            self.item_tokens, element["items"], self.max_history, self.layout
+        )
+        return {"inputs": inputs, "targets": targets, "weights": weights}
+
+
+class WindowSource:
+    """Random-access source of sliding windows: one record per (user, target position >= 1)."""
+
+    def __init__(self, h: Histories, max_history: int):
+        self._h = h
+        self._max_history = max_history
+        lengths = h.lengths()
+        users = np.repeat(np.arange(len(h)), np.maximum(lengths - 1, 0))
+        starts = h.offsets[:-1][users]
+        within = np.arange(len(users)) - np.repeat(
+            np.concatenate([[0], np.cumsum(np.maximum(lengths - 1, 0))[:-1]]),
+            np.maximum(lengths - 1, 0),
+        )
+        self._users = users.astype(np.int32)
+        self._ends = (starts + within + 2).astype(np.int64)  # exclusive end: target = ends - 1
+
+    def __len__(self) -> int:
+        return len(self._users)
+
+    def __getitem__(self, i: int) -> dict:
+        end = int(self._ends[i])
+        u = int(self._users[i])
+        start = max(int(self._h.offsets[u]), end - self._max_history)
+        return {"user": np.int32(u), "items": self._h.items[start:end]}
