@@ -42,7 +42,9 @@ class Histories:
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         flat = np.concatenate([np.asarray(x, np.int32) for x in items]) if items else np.zeros(0)
         if times is None:
-            flat_t = np.concatenate([np.arange(n, dtype=np.int64) for n in lengths]) if items else []
+            flat_t = (
+                np.concatenate([np.arange(n, dtype=np.int64) for n in lengths]) if items else []
+            )
         else:
             flat_t = np.concatenate([np.asarray(t, np.int64) for t in times])
         return cls(
