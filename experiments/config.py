@@ -21,6 +21,7 @@ class EvalConfig:
     cold_start_fractions: tuple[float, ...] = (0.02, 0.05)
     beam_size: int = 20
     max_test_users: int = 0  # 0: all
+    warm: bool = True  # the pipeline also trains a leave-one-out retriever and runs eval-warm
     seed: int = 0
 
 

@@ -36,6 +36,7 @@ class Stage:
     key_parts: tuple
     outputs: tuple[Path, ...]
     run: Callable[[], None]
+    after: tuple[str, ...] = ()  # stages whose keys enter this one's (default: the previous)
 
 
 class Ledger:
@@ -55,13 +56,14 @@ class Ledger:
 
 
 def run_stages(stages: list[Stage], workdir: Path, log: Callable[[str], None] = print) -> dict:
-    """Runs stages in order; keys chain, so an upstream change reruns everything downstream."""
+    """Runs stages in order; a key includes its upstream keys, so upstream changes rerun it."""
     ledger = Ledger(workdir)
-    chain = ""
+    keys: dict[str, str] = {}
     timings = {}
-    for stage in stages:
-        key = fingerprint(chain, stage.name, stage.key_parts)
-        chain = key
+    for i, stage in enumerate(stages):
+        after = stage.after or ((stages[i - 1].name,) if i else ())
+        key = fingerprint([keys[a] for a in after], stage.name, stage.key_parts)
+        keys[stage.name] = key
         if ledger.up_to_date(stage, key):
             log(f"[{stage.name}] up to date, skipped")
             timings[stage.name] = 0.0

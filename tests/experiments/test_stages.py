@@ -61,3 +61,25 @@ def test_file_digest_tracks_content(tmp_path):
     first = stages.file_digest(tmp_path / "d")
     (tmp_path / "d" / "x").write_text("2")
     assert stages.file_digest(tmp_path / "d") != first
+
+
+def test_independent_branches_do_not_rerun_each_other(tmp_path):
+    calls = []
+
+    def make(p):
+        def writer(name):
+            def run():
+                calls.append(name)
+                (tmp_path / name).write_text(name)
+
+            return run
+
+        return [
+            stages.Stage("root", (), (tmp_path / "root",), writer("root")),
+            stages.Stage("x", (p,), (tmp_path / "x",), writer("x"), after=("root",)),
+            stages.Stage("y", (), (tmp_path / "y",), writer("y"), after=("root",)),
+        ]
+
+    stages.run_stages(make(1), tmp_path, log=lambda s: None)
+    stages.run_stages(make(2), tmp_path, log=lambda s: None)
+    assert calls == ["root", "x", "y", "x"]
