@@ -8,8 +8,24 @@ class RQVAEConfig:
     """Embedder choice and RQ-VAE shape and training schedule."""
 
     embedder: str = "tfidf"  # tfidf | minilm
-    embed_dim: int = 256  # E
+    embed_dim: int = 256  # E for tfidf (SVD components); minilm is always 384
+    tfidf_min_df: int = 2
+    tfidf_max_features: int = 100_000
     num_levels: int = 3  # L
     codebook_size: int = 256  # V
+    latent_dim: int = 32  # D
+    hidden_dims: tuple[int, ...] = (256, 128)
+    beta: float = 0.25  # commitment weight
+    rotation_trick: bool = False  # gradient through the rotation trick instead of straight-through
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-4
+    batch_size: int = 1024
+    num_steps: int = 3000
+    warmup_steps: int = 100
+    restart_every: int = 100  # dead-code restart period in steps; 0 disables
+    restart_until: float = 0.9  # fraction of num_steps after which codes are no longer restarted
+    # Items sharing all L nearest codes move to the nearest free last-level code (sids.py).
+    dedup_last_level: bool = True
+    checkpoint_every: int = 500
     fit_on: str = "all"  # all | warm
     seed: int = 0

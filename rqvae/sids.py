@@ -1,0 +1,157 @@
+"""Codes -> unique Semantic IDs (collision level), usage metrics, the semantic check, loading."""
+
+from pathlib import Path
+
+import numpy as np
+from jaxtyping import Float, Int
+
+SIDS_FILE = "sids.npy"
+ASINS_FILE = "asins.txt"
+
+
+def add_collision_level(
+    codes: Int[np.ndarray, "N L"], *, vocab_size: int
+) -> Int[np.ndarray, "N L+1"]:
+    """Appends a level numbering items that share all L codes 0..c-1 in catalog order."""
+    codes = np.asarray(codes)
+    if codes.ndim != 2 or codes.shape[0] == 0:
+        raise ValueError(f"codes: expected a non-empty [N, L] array, got shape {codes.shape}")
+    _, inverse, counts = np.unique(codes, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    largest = int(counts.max())
+    if largest > vocab_size:
+        raise ValueError(
+            f"{largest} items share the same {codes.shape[1]} codes, more than the "
+            f"codebook_size={vocab_size} values the collision level can take; train longer or "
+            "raise rqvae.codebook_size / rqvae.num_levels"
+        )
+    order = np.argsort(inverse, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.empty(len(codes), np.int64)
+    rank[order] = np.arange(len(codes)) - starts[inverse[order]]
+    return np.concatenate([codes, rank[:, None]], axis=1).astype(np.int32)
+
+
+def dedup_last_level(
+    codes: Int[np.ndarray, "N L"],
+    last_residual: Float[np.ndarray, "N D"],
+    last_codebook: Float[np.ndarray, "V D"],
+) -> Int[np.ndarray, "N L"]:
+    """Items that share all L codes keep their first L-1; all but the nearest move to the nearest
+    last-level code still free among the items sharing those L-1 codes (LC-Rec's remedy).
+
+    Returns new codes; groups with more than V items under one prefix keep some collisions.
+    """
+    codes = np.asarray(codes).copy()
+    _, inverse, counts = np.unique(codes, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    colliding = np.flatnonzero(counts[inverse] > 1)
+    if len(colliding) == 0:
+        return codes
+    dist = _sq_dist(last_residual[colliding], last_codebook)  # [M, V]
+    own = dist[np.arange(len(colliding)), codes[colliding, -1]]
+    # Within each full-code group the nearest item stays; order: group, distance, item index.
+    order = np.lexsort((colliding, own, inverse[colliding]))
+    group_sorted = inverse[colliding][order]
+    first = np.concatenate([[True], group_sorted[1:] != group_sorted[:-1]])
+    movers = order[~first]
+    taken: dict[tuple, set] = {}
+    for prefix, last in zip(map(tuple, codes[:, :-1].tolist()), codes[:, -1].tolist(), strict=True):
+        taken.setdefault(prefix, set()).add(last)
+    # Nearest movers choose first, so the closest fits are kept.
+    for m in movers[np.argsort(own[movers], kind="stable")]:
+        item = colliding[m]
+        used = taken[tuple(codes[item, :-1].tolist())]
+        for code in np.argsort(dist[m], kind="stable").tolist():
+            if code not in used:
+                codes[item, -1] = code
+                used.add(code)
+                break
+    return codes
+
+
+def _sq_dist(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    c = np.asarray(c, np.float64)
+    return (x**2).sum(1)[:, None] - 2.0 * x @ c.T + (c**2).sum(1)[None, :]
+
+
+def check_unique(sids: Int[np.ndarray, "N M"]) -> None:
+    """Raises ValueError if two rows are equal."""
+    n_unique = len(np.unique(sids, axis=0))
+    if n_unique != len(sids):
+        raise ValueError(f"SIDs are not unique: {len(sids) - n_unique} duplicate rows")
+
+
+def code_metrics(codes: Int[np.ndarray, "N L"], *, vocab_size: int) -> dict:
+    """Per level: codes used and perplexity; share of items colliding on all L codes."""
+    levels = []
+    for level in range(codes.shape[1]):
+        counts = np.bincount(codes[:, level], minlength=vocab_size)
+        p = counts[counts > 0] / counts.sum()
+        levels.append(
+            {
+                "codes_used": int((counts > 0).sum()),
+                "codes_used_fraction": float((counts > 0).mean()),
+                "perplexity": float(np.exp(-(p * np.log(p)).sum())),
+            }
+        )
+    _, inverse, counts = np.unique(codes, axis=0, return_inverse=True, return_counts=True)
+    in_collision = counts[inverse.reshape(-1)] > 1
+    return {
+        "levels": levels,
+        "collision_item_fraction": float(in_collision.mean()),
+        "largest_collision_group": int(counts.max()),
+        "distinct_code_tuples": int(len(counts)),
+    }
+
+
+def _same_pairs(groups: np.ndarray) -> int:
+    counts = np.bincount(groups)
+    return int((counts * (counts - 1) // 2).sum())
+
+
+def semantic_check(level1: Int[np.ndarray, " N"], categories: list[str], *, seed: int = 0) -> dict:
+    """How often two items with the same level-1 code share their leaf category, vs random codes.
+
+    Items without a category ("") are left out. `random_expected` is the exact expectation when
+    the same code sizes are assigned to items at random (= share of all item pairs with equal
+    categories); `random_shuffled` is one seeded shuffle of the codes.
+    """
+    cats = np.asarray(categories, dtype=object)
+    keep = cats != ""
+    codes = np.asarray(level1)[keep]
+    _, cat_ids = np.unique(cats[keep].astype(str), return_inverse=True)
+    if len(codes) < 2:
+        raise ValueError("semantic check: fewer than two items with a leaf category")
+
+    def share(c: np.ndarray) -> float:
+        pairs = _same_pairs(c)
+        both = _same_pairs(c.astype(np.int64) * (cat_ids.max() + 1) + cat_ids)
+        return both / max(pairs, 1)
+
+    n = len(codes)
+    shuffled = np.random.default_rng(seed).permutation(codes)
+    return {
+        "items_with_category": int(n),
+        "same_code_same_category": share(codes),
+        "random_expected": _same_pairs(cat_ids) / (n * (n - 1) // 2),
+        "random_shuffled": share(shuffled),
+    }
+
+
+def load_sids(tokenizer_dir: str | Path) -> tuple[np.ndarray, list[str]]:
+    """Reads `sids.npy` (int32 [N, L+1]) and `asins.txt` from a tokenizer directory."""
+    tokenizer_dir = Path(tokenizer_dir)
+    path = tokenizer_dir / SIDS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no SIDs; run `genret train-tokenizer` first")
+    sids = np.load(path, allow_pickle=False)
+    asins = (tokenizer_dir / ASINS_FILE).read_text().splitlines()
+    if sids.ndim != 2 or sids.dtype != np.int32:
+        raise ValueError(f"{path}: expected int32 [N, L+1], got {sids.dtype} {sids.shape}")
+    if len(asins) != len(sids):
+        raise ValueError(
+            f"{tokenizer_dir / ASINS_FILE}: {len(asins)} asins for {len(sids)} SID rows"
+        )
+    return sids, asins
