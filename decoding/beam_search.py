@@ -1,7 +1,9 @@
 """One beam search over any `Constraint`: prefill outside, L levels inside one traceable program."""
 
 import dataclasses
+import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +46,7 @@ def beam_search(
     tiled to [B, K, ...] and reordered along axis 1 as beams are chosen. With `unroll=False`, the
     levels from `constraint.scan_start` on run in a `lax.fori_loop` (level is then traced).
     """
-    B, V = initial_log_probs.shape
+    _, V = initial_log_probs.shape
     K, L = beam_size, num_levels
     if K < 1 or L < 1:
         raise ValueError(f"beam_size and num_levels must be >= 1, got {K} and {L}")
@@ -53,33 +55,57 @@ def beam_search(
             f"constraint: built for V={constraint.vocab_size}, L={constraint.num_levels}, "
             f"but initial_log_probs has V={V} and num_levels={L}"
         )
-    state = jax.tree.map(lambda x: x[:, None], constraint.init_state(B))
-    scores = jnp.zeros((B, 1), jnp.float32)
-    cand = constraint.candidates(0, state, initial_log_probs[:, None, :].astype(jnp.float32))
-    parent, token, aux, scores = _select(scores, cand, K)
-    state = constraint.advance(0, _reorder(state, parent), token, aux)
-    history = jnp.zeros((B, K, L), jnp.int32).at[:, :, 0].set(token)
-    cache = jax.tree.map(lambda x: jnp.repeat(x[:, None], K, axis=1), cache)
-    carry = (history, scores, state, cache, token)
-
-    def body(level, carry):
-        history, scores, state, cache, token = carry
-        log_probs, cache = step_fn(token, level, cache)
-        cand = constraint.candidates(level, state, log_probs.astype(jnp.float32))
-        parent, token, aux, scores = _select(scores, cand, K)
-        history, state, cache = _reorder((history, state, cache), parent)
-        state = constraint.advance(level, state, token, aux)
-        history = jax.lax.dynamic_update_index_in_dim(history, token, level, axis=2)
-        return history, scores, state, cache, token
-
+    carry = first_level(initial_log_probs, cache, constraint, beam_size=K, num_levels=L)
+    body = functools.partial(next_level, step_fn, constraint, K)
     loop_from = L if unroll else max(constraint.scan_start, 1)
     for level in range(1, min(loop_from, L)):
         carry = body(level, carry)
     if loop_from < L:
         carry = jax.lax.fori_loop(loop_from, L, body, carry)
-    history, scores = carry[0], carry[1]
-    valid = scores > -jnp.inf
-    return BeamResult(jnp.where(valid[..., None], history, 0), scores, valid)
+    valid = carry.scores > -jnp.inf
+    return BeamResult(jnp.where(valid[..., None], carry.history, 0), carry.scores, valid)
+
+
+class Carry(NamedTuple):
+    """Beam-search state between levels."""
+
+    history: Int[Array, "B K L"]
+    scores: Float[Array, "B K"]
+    state: object  # the constraint's state pytree, leaves [B, K, ...]
+    cache: object  # the step function's cache, leaves [B, K, ...]
+    token: Int[Array, "B K"]  # codes chosen at the last level
+
+
+def first_level(
+    initial_log_probs: Float[Array, "B V"],
+    cache,
+    constraint: Constraint,
+    *,
+    beam_size: int,
+    num_levels: int,
+) -> Carry:
+    """Level 0: the top-K allowed codes from the prefill's log-probs; the cache tiled to K."""
+    B, _ = initial_log_probs.shape
+    K = beam_size
+    state = jax.tree.map(lambda x: x[:, None], constraint.init_state(B))
+    scores = jnp.zeros((B, 1), jnp.float32)
+    cand = constraint.candidates(0, state, initial_log_probs[:, None, :].astype(jnp.float32))
+    parent, token, aux, scores = _select(scores, cand, K)
+    state = constraint.advance(0, _reorder(state, parent), token, aux)
+    history = jnp.zeros((B, K, num_levels), jnp.int32).at[:, :, 0].set(token)
+    cache = jax.tree.map(lambda x: jnp.repeat(x[:, None], K, axis=1), cache)
+    return Carry(history, scores, state, cache, token)
+
+
+def next_level(step_fn: StepFn, constraint: Constraint, K: int, level, carry: Carry) -> Carry:
+    """One level >= 1: model step, constraint candidates, top-K, reorder, advance."""
+    log_probs, cache = step_fn(carry.token, level, carry.cache)
+    cand = constraint.candidates(level, carry.state, log_probs.astype(jnp.float32))
+    parent, token, aux, scores = _select(carry.scores, cand, K)
+    history, state, cache = _reorder((carry.history, carry.state, cache), parent)
+    state = constraint.advance(level, state, token, aux)
+    history = jax.lax.dynamic_update_index_in_dim(history, token, level, axis=2)
+    return Carry(history, scores, state, cache, token)
 
 
 def _select(scores_BK: Float[Array, "B K"], cand: Candidates, K: int):

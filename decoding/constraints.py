@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from decoding.static_index import StaticIndex
 
@@ -91,7 +91,14 @@ class StaticConstraint(Constraint):
         if self._is_dense(level):
             V = idx.vocab_size
             code_BKV = state[..., None] * V + _iota(V, state.ndim)
-            valid = _bit(idx.dense_words, idx.dense_offsets[level], code_BKV)
+            if V % 32 == 0:
+                # Each beam's V bits are whole words: gather V/32 words, not V.
+                word_BKW = (state * (V // 32))[..., None] + _iota(V // 32, state.ndim)
+                w = jnp.take(idx.dense_words, idx.dense_offsets[level] + word_BKW, mode="clip")
+                bits = (w[..., None] >> _iota(32, w.ndim).astype(jnp.uint32)) & 1
+                valid = bits.reshape(code_BKV.shape).astype(bool)
+            else:
+                valid = _bit(idx.dense_words, idx.dense_offsets[level], code_BKV)
             out = _all_tokens(log_probs)
             return out._replace(valid=valid, aux=code_BKV)
         if isinstance(level, int):
@@ -124,7 +131,7 @@ def _iota(n: int, lead: int) -> Int[Array, "..."]:
     return jnp.arange(n, dtype=jnp.int32).reshape((1,) * lead + (n,))
 
 
-def _bit(words: Array, offset: int, code: Int[Array, "..."]) -> Bool[Array, "..."]:
+def _bit(words: ArrayLike, offset: int, code: Int[Array, "..."]) -> Bool[Array, "..."]:
     w = jnp.take(words, offset + (code >> 5), mode="clip")
     return ((w >> (code & 31).astype(jnp.uint32)) & 1).astype(bool)
 
@@ -136,3 +143,30 @@ def _rank(idx: StaticIndex, code: Int[Array, "B K"]) -> Int[Array, "B K"]:
     below = w & ((jnp.uint32(1) << (code & 31).astype(jnp.uint32)) - jnp.uint32(1))
     r = jnp.take(idx.rank, code >> 5, mode="clip")
     return r + jax.lax.population_count(below).astype(jnp.int32)
+
+
+def contains(index: StaticIndex, sids: Int[ArrayLike, "Q L"]) -> Bool[Array, " Q"]:
+    """Membership of whole SIDs in the index (e.g. to verify drafted or hashed candidates)."""
+    Q, L = sids.shape
+    if L != index.num_levels:
+        raise ValueError(f"sids: expected {index.num_levels} levels, got shape {sids.shape}")
+    sids = jnp.asarray(sids, jnp.int32)
+    d, V = index.dense_levels, index.vocab_size
+    state = jnp.zeros((Q,), jnp.int32)
+    ok = jnp.all((sids >= 0) & (sids < V), axis=1)
+    for level in range(L):
+        t = jnp.clip(sids[:, level], 0, V - 1)
+        if level < d:
+            code = state * V + t
+            ok &= _bit(index.dense_words, index.dense_offsets[level], code)
+            state = code if level + 1 < d else _rank(index, code[:, None])[:, 0]
+            continue
+        width = index.capacity.widths[level - d]
+        s = jnp.clip(state, 0, index.capacity.nodes - 1)
+        start, end = jnp.take(index.row_ptr, s), jnp.take(index.row_ptr, s + 1)
+        edge_QW = start[:, None] + _iota(width, 1)
+        tok_QW = jnp.take(index.tokens, edge_QW, mode="clip").astype(jnp.int32)
+        match_QW = (edge_QW < end[:, None]) & (tok_QW == t[:, None])
+        ok &= match_QW.any(axis=1)
+        state = start + jnp.argmax(match_QW, axis=1).astype(jnp.int32) + index.num_dense_nodes
+    return ok

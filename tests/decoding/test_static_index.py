@@ -89,3 +89,16 @@ def test_explicit_capacity_pads_or_refuses():
 def test_bad_input_errors(sids, match):
     with pytest.raises(ValueError, match=match):
         StaticIndex.build(sids, vocab_size=4)
+
+
+@pytest.mark.parametrize("dense_levels", [0, 1, 2, 3])
+def test_contains_matches_a_python_set(dense_levels):
+    from decoding.constraints import contains
+
+    rng = np.random.default_rng(4)
+    sids = rng.integers(0, 4, (20, 3))
+    idx = StaticIndex.build(sids, vocab_size=4, dense_levels=dense_levels)
+    queries = np.concatenate([sids, rng.integers(0, 4, (40, 3)), [[4, 0, 0], [-1, 0, 0]]])
+    allowed = set(map(tuple, sids.tolist()))
+    want = [tuple(q) in allowed for q in queries.tolist()]
+    assert np.asarray(contains(idx, queries)).tolist() == want

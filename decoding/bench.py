@@ -1,0 +1,180 @@
+"""Latency and memory of the constraint methods on random SIDs, all through the same beam search."""
+
+import dataclasses
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from decoding.baselines import CpuTrie, HashBitmap, PPVApprox, PPVExact, index_nbytes
+from decoding.beam_search import beam_search, first_level, next_level
+from decoding.constraints import Constraint, StaticConstraint, Unconstrained, contains
+from decoding.static_index import StaticIndex
+
+METHODS = ("static", "static_stored_next", "cpu_trie", "ppv_exact", "ppv_approx", "hash_bitmap")
+_ROWS = 64  # log-prob table rows: the step's log-probs depend on the previous code
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    """One benchmark point."""
+
+    num_items: int = 100_000
+    vocab: int = 2048
+    levels: int = 8
+    batch: int = 2
+    beam: int = 70
+    methods: tuple[str, ...] = ("static", "cpu_trie", "ppv_exact", "ppv_approx", "hash_bitmap")
+    reps: int = 20
+    seed: int = 0
+    dense_levels: int = 2
+    ppv_top_k: int = 50
+    hash_bits_per_prefix: int = 16
+    unroll: bool = True
+    step_level: int = -1  # -1: levels // 2
+
+
+@dataclasses.dataclass(frozen=True)
+class _StoredNextStatic(StaticConstraint):
+    """STATIC with the next state stored per edge (one more gather) instead of implied."""
+
+    next_state: object = None
+
+    def advance(self, level, state, tokens, aux):
+        if self._is_dense(level):
+            return super().advance(level, state, tokens, aux)
+        return jnp.take(self.next_state, aux, mode="clip")
+
+
+jax.tree_util.register_dataclass(
+    _StoredNextStatic, data_fields=["index", "next_state"], meta_fields=[]
+)
+
+
+def random_sids(num_items: int, levels: int, vocab: int, seed: int) -> np.ndarray:
+    """Uniform random SIDs (duplicates possible and dropped by the builders)."""
+    return np.random.default_rng(seed).integers(0, vocab, (num_items, levels), dtype=np.int32)
+
+
+def build(method: str, sids: np.ndarray, cfg: BenchConfig) -> Constraint:
+    """The constraint of one method over `sids`."""
+    V = cfg.vocab
+    if method in ("static", "static_stored_next"):
+        idx = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.dense_levels)
+        if method == "static":
+            return StaticConstraint(idx)
+        nxt = np.arange(idx.capacity.edges, dtype=np.int32) + int(idx.num_dense_nodes)
+        return _StoredNextStatic(idx, nxt)
+    if method == "cpu_trie":
+        return CpuTrie.build(sids, vocab_size=V)
+    if method == "ppv_exact":
+        return PPVExact.build(sids, vocab_size=V)
+    if method == "ppv_approx":
+        return PPVApprox(sids, vocab_size=V, top_k=cfg.ppv_top_k)
+    if method == "hash_bitmap":
+        return HashBitmap.build(sids, vocab_size=V, bits_per_prefix=cfg.hash_bits_per_prefix)
+    raise ValueError(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
+
+
+def _table_step(table, tokens, level, cache):
+    """Stand-in model step: log-probs from a fixed table row chosen by the previous code."""
+    return jnp.take(table, level, axis=0)[tokens % _ROWS], cache
+
+
+def _timed(fn, *args) -> float:
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return (time.perf_counter() - t) * 1e3
+
+
+def _stats(ms: list[float]) -> dict[str, float]:
+    return {"median_ms": float(np.median(ms)), "p90_ms": float(np.percentile(ms, 90))}
+
+
+def run_bench(cfg: BenchConfig, progress=None) -> dict:
+    """Builds every method, then times steps and full searches interleaved with unconstrained."""
+    unknown = [m for m in cfg.methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
+    B, K, L, V = cfg.batch, cfg.beam, cfg.levels, cfg.vocab
+    sids = random_sids(cfg.num_items, L, V, cfg.seed)
+    rng = np.random.default_rng(cfg.seed + 1)
+    logits = rng.normal(size=(L, _ROWS, V)).astype(np.float32) * 3
+    table = jax.nn.log_softmax(jnp.asarray(logits), axis=-1)
+    init = jnp.asarray(rng.normal(size=(B, V)).astype(np.float32))
+    init = jax.nn.log_softmax(init, axis=-1)
+    level = cfg.step_level if cfg.step_level >= 0 else L // 2
+    level = min(max(level, 1), L - 1) if L > 1 else 0
+
+    search = jax.jit(
+        lambda table, init, c: beam_search(
+            functools.partial(_table_step, table),
+            init,
+            {},
+            c,
+            beam_size=K,
+            num_levels=L,
+            unroll=cfg.unroll,
+        )
+    )
+
+    def _prefix(table, init, c):
+        carry = first_level(init, {}, c, beam_size=K, num_levels=L)
+        for lev in range(1, level):
+            carry = next_level(functools.partial(_table_step, table), c, K, lev, carry)
+        return carry
+
+    prefix = jax.jit(_prefix)
+    step = jax.jit(
+        lambda table, c, carry: next_level(
+            functools.partial(_table_step, table), c, K, level, carry
+        )
+    )
+    unc = Unconstrained(V, L)
+    unc_carry = prefix(table, init, unc)
+    static_idx = None
+    out = {"config": dataclasses.asdict(cfg), "step_level": level, "methods": {}}
+    for method in cfg.methods:
+        if progress:
+            progress(f"{method}: build")
+        t0 = time.perf_counter()
+        c = build(method, sids, cfg)
+        build_s = time.perf_counter() - t0
+        c = jax.device_put(c) if method != "cpu_trie" else c
+        nbytes = index_nbytes(c)
+        carry = prefix(table, init, c)
+        jax.block_until_ready((step(table, c, carry), step(table, unc, unc_carry)))  # warm-up
+        jax.block_until_ready((search(table, init, c), search(table, init, unc)))
+        times = {"step": [], "unc_step": [], "search": [], "unc_search": []}
+        for _ in range(cfg.reps):
+            times["step"].append(_timed(step, table, c, carry))
+            times["unc_step"].append(_timed(step, table, unc, unc_carry))
+            times["search"].append(_timed(search, table, init, c))
+            times["unc_search"].append(_timed(search, table, init, unc))
+        res = search(table, init, c)
+        row = {
+            "build_s": build_s,
+            "index_bytes": nbytes,
+            "bytes_per_item": nbytes / cfg.num_items,
+            "step": _stats(times["step"]),
+            "unconstrained_step": _stats(times["unc_step"]),
+            "search": _stats(times["search"]),
+            "unconstrained_search": _stats(times["unc_search"]),
+            "valid_rate": float(np.asarray(res.valid).mean()),
+        }
+        row["step_overhead_ms"] = row["step"]["median_ms"] - row["unconstrained_step"]["median_ms"]
+        row["search_ratio"] = row["search"]["median_ms"] / row["unconstrained_search"]["median_ms"]
+        if method == "hash_bitmap":
+            if static_idx is None:
+                static_idx = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.dense_levels)
+            claimed = np.asarray(res.tokens)[np.asarray(res.valid)]
+            member = np.asarray(contains(static_idx, claimed)) if len(claimed) else np.ones(0)
+            row["false_positive_rate"] = float(1 - member.mean()) if len(claimed) else 0.0
+            # The chance that one probe of a prefix that is not allowed passes.
+            bits = np.unpackbits(np.asarray(c.words).view(np.uint8))
+            row["probe_false_positive_rate"] = float(bits.mean())
+        out["methods"][method] = row
+        del c
+    return out

@@ -1,0 +1,63 @@
+"""Latency and memory of constrained decoding on random SIDs: STATIC vs the baseline constraints.
+
+Every method runs through the same jit-compiled beam search; each timed constrained call is
+interleaved with the same call unconstrained, so their difference is the constraint's overhead.
+Example: genret bench-constraints --num-items 1000000 --methods static,ppv_exact --out b.json
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from data import atomic
+from decoding.bench import METHODS, BenchConfig, run_bench
+
+
+def add_bench_args(parser: argparse.ArgumentParser) -> None:
+    """Flags shared with bench-sweep."""
+    d = BenchConfig()
+    parser.add_argument("--levels", type=int, default=d.levels, help="L, codes per SID")
+    parser.add_argument("--batch", type=int, default=d.batch, help="users per call")
+    parser.add_argument("--beam", type=int, default=d.beam, help="K, beam width")
+    parser.add_argument("--methods", default=",".join(d.methods), help=f"subset of {METHODS}")
+    parser.add_argument("--reps", type=int, default=d.reps, help="timed calls per measurement")
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--dense-levels", type=int, default=d.dense_levels)
+    parser.add_argument("--loop", choices=("unroll", "scan"), default="unroll")
+
+
+def bench_config(args: argparse.Namespace, **overrides) -> BenchConfig:
+    for name in ("levels", "batch", "beam", "reps"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    kw = dict(
+        levels=args.levels,
+        batch=args.batch,
+        beam=args.beam,
+        reps=args.reps,
+        seed=args.seed,
+        dense_levels=args.dense_levels,
+        unroll=args.loop == "unroll",
+        methods=tuple(m for m in args.methods.split(",") if m),
+    )
+    return BenchConfig(**{**kw, **overrides})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--num-items", type=int, default=BenchConfig().num_items, help="N")
+    parser.add_argument("--vocab", type=int, default=BenchConfig().vocab, help="V")
+    add_bench_args(parser)
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.num_items < 1 or args.vocab < 2:
+        raise ValueError("--num-items must be >= 1 and --vocab >= 2")
+    cfg = bench_config(args, num_items=args.num_items, vocab=args.vocab)
+    result = run_bench(cfg, progress=lambda msg: print(msg, file=sys.stderr))
+    text = json.dumps(result, indent=2)
+    if args.out:
+        atomic.write_text(args.out, text + "\n")
+    print(text)
+    return 0
