@@ -2,7 +2,11 @@
 
 import dataclasses
 import functools
+import json
+import os
+import tempfile
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -177,4 +181,111 @@ def run_bench(cfg: BenchConfig, progress=None) -> dict:
             row["probe_false_positive_rate"] = float(bits.mean())
         out["methods"][method] = row
         del c
+    return out
+
+
+def sweep_points(
+    base: BenchConfig,
+    *,
+    items: tuple[int, ...],
+    vocabs: tuple[int, ...],
+    vocab_for_items: int,
+    items_for_vocab: int,
+) -> list[tuple[str, BenchConfig]]:
+    """The paper's two axes: N at a fixed V, then V at a fixed N."""
+    pts = [("items", dataclasses.replace(base, num_items=n, vocab=vocab_for_items)) for n in items]
+    pts += [
+        ("vocab", dataclasses.replace(base, num_items=items_for_vocab, vocab=v)) for v in vocabs
+    ]
+    return pts
+
+
+def point_name(cfg: BenchConfig) -> str:
+    return f"N{cfg.num_items}_V{cfg.vocab}_L{cfg.levels}_B{cfg.batch}_K{cfg.beam}"
+
+
+def markdown_table(points: list[dict]) -> str:
+    """One row per (point, method); `points` are run_bench outputs with an added "axis"."""
+    head = (
+        "| axis | N | V | method | build s | bytes/item | step ms (p90) | unconstr. step ms "
+        "| search ms (p90) | unconstr. search ms | search / unconstr. | search / STATIC "
+        "| valid rate |\n|" + "---|" * 13
+    )
+    rows = [head]
+    for p in points:
+        cfg, methods = p["config"], p["methods"]
+        static_ms = methods.get("static", {}).get("search", {}).get("median_ms")
+        for name, m in methods.items():
+            vs_static = f"{m['search']['median_ms'] / static_ms:.1f}x" if static_ms else "-"
+            valid = f"{m['valid_rate']:.3f}"
+            if "false_positive_rate" in m:
+                valid += f" (FP {m['false_positive_rate']:.2f})"
+            rows.append(
+                f"| {p['axis']} | {cfg['num_items']:.0e} | {cfg['vocab']} | {name} "
+                f"| {m['build_s']:.2f} | {m['bytes_per_item']:.1f} "
+                f"| {m['step']['median_ms']:.2f} ({m['step']['p90_ms']:.2f}) "
+                f"| {m['unconstrained_step']['median_ms']:.2f} "
+                f"| {m['search']['median_ms']:.2f} ({m['search']['p90_ms']:.2f}) "
+                f"| {m['unconstrained_search']['median_ms']:.2f} | {m['search_ratio']:.2f} "
+                f"| {vs_static} | {valid} |"
+            )
+    return "\n".join(rows) + "\n"
+
+
+def run_sweep(
+    points: list[tuple[str, BenchConfig]],
+    out_dir: Path,
+    *,
+    skip_above: dict[str, int],
+    progress=None,
+) -> list[dict]:
+    """Runs each point once; a point whose JSON (same config) exists in out_dir is reused."""
+    results = []
+    for axis, cfg in points:
+        keep = tuple(m for m in cfg.methods if cfg.num_items <= skip_above.get(m, cfg.num_items))
+        cfg = dataclasses.replace(cfg, methods=keep)
+        path = Path(out_dir) / f"{point_name(cfg)}.json"
+        saved = json.loads(path.read_text()) if path.exists() else None
+        if saved is None or saved["config"] != json.loads(json.dumps(dataclasses.asdict(cfg))):
+            if progress:
+                progress(f"== {axis}: {point_name(cfg)}")
+            saved = run_bench(cfg, progress=progress)
+            _write_atomic(path, json.dumps(saved, indent=2) + "\n")
+        results.append({"axis": axis, **saved})
+    return results
+
+
+def replace_block(text: str, block: str, begin: str, end: str) -> str:
+    """Replaces the text between markers (inclusive), or appends the block when absent."""
+    new = f"{begin}\n{block}{end}"
+    if begin in text and end in text:
+        return text[: text.index(begin)] + new + text[text.index(end) + len(end) :]
+    return text.rstrip("\n") + "\n\n" + new + "\n"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def series(results: list[dict], axis: str) -> dict[str, tuple[list[int], list[float]]]:
+    """Median full-search ms per method along one sweep axis ("items" or "vocab")."""
+    key = "num_items" if axis == "items" else "vocab"
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    for r in (r for r in results if r["axis"] == axis):
+        x = r["config"][key]
+        first = next(iter(r["methods"].values()), None)
+        rows = {"unconstrained": first["unconstrained_search"]} if first else {}
+        rows.update({name: m["search"] for name, m in r["methods"].items()})
+        for name, stats in rows.items():
+            xs, ys = out.setdefault(name, ([], []))
+            xs.append(x)
+            ys.append(stats["median_ms"])
     return out

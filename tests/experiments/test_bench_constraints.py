@@ -1,0 +1,34 @@
+"""genret bench-constraints on tiny random SIDs: JSON fields, sanity of numbers, bad flags."""
+
+import json
+
+import pytest
+
+from experiments import cli
+
+TINY = ["--num-items", "200", "--vocab", "16", "--levels", "3", "--beam", "4", "--reps", "2"]
+
+
+@pytest.mark.slow
+def test_bench_constraints_writes_json(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    methods = "static,ppv_exact,hash_bitmap"
+    assert cli.main(["bench-constraints", *TINY, "--methods", methods, "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert json.loads(capsys.readouterr().out) == result
+    assert list(result["methods"]) == methods.split(",")
+    for name, m in result["methods"].items():
+        assert m["build_s"] >= 0 and m["index_bytes"] > 0, name
+        for k in ("step", "unconstrained_step", "search", "unconstrained_search"):
+            assert 0 < m[k]["median_ms"] <= m[k]["p90_ms"], (name, k)
+        assert 0.0 <= m["valid_rate"] <= 1.0
+    # 200 random SIDs of 16**3 leave at least 4 allowed per batch row: exact methods fill K.
+    assert result["methods"]["static"]["valid_rate"] == 1.0
+    assert result["methods"]["ppv_exact"]["valid_rate"] == 1.0
+    assert 0.0 <= result["methods"]["hash_bitmap"]["false_positive_rate"] <= 1.0
+
+
+def test_unknown_method_is_a_one_line_error(capsys):
+    assert cli.main(["bench-constraints", *TINY, "--methods", "static,nope"]) == 1
+    err = capsys.readouterr().err
+    assert "nope" in err and err.count("\n") == 1
