@@ -34,7 +34,7 @@ class Checkpoints:
         return self.latest.latest_step()
 
     def restore_latest(self, abstract_state, iterator):
-        """Restores state (into the abstract target's shapes/shardings) and the iterator in place."""
+        """Restores the state into the abstract target (shapes, shardings) and the iterator."""
         step = self.latest.latest_step()
         out = self.latest.restore(
             step,

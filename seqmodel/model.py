@@ -118,7 +118,10 @@ class Decoder(nnx.Module):
     def __call__(
         self, tokens: Int[Array, "B T"], dropout_key: jax.Array | None = None
     ) -> Float[Array, "B T L V"]:
-        """Logits of every level's codes at every position (training forward)."""
+        """Logits of every level's codes at every position."""
+        return self._logits(self._hidden(tokens, dropout_key))
+
+    def _hidden(self, tokens: jax.Array, dropout_key: jax.Array | None) -> jax.Array:
         B, T = tokens.shape
         positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
         mask = _causal_mask(tokens != PAD)
@@ -126,7 +129,24 @@ class Decoder(nnx.Module):
         for i, block in enumerate(self.blocks):
             key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
             x, _ = block(x, positions, mask, key)
-        return self._logits(x)
+        return x
+
+    def target_logits(
+        self, inputs: Int[Array, "B T"], dropout_key: jax.Array | None = None
+    ) -> Float[Array, "B T V"]:
+        """Logits of only the level each position predicts (training: 1/(L+1) of the head's work).
+
+        Training inputs are BOS + whole items, left-padded by whole items, so position t always
+        predicts level t mod (L+1); T must be a multiple of L+1.
+        """
+        B, T = inputs.shape
+        L1, V = self.space.num_levels, self.space.codebook_size
+        if T % L1:
+            raise ValueError(f"inputs: length {T} is not a multiple of {L1} tokens per item")
+        x = self._hidden(inputs, dropout_key)
+        x = self.norm(x).reshape(B, T // L1, L1, -1)
+        kernel = self.head.kernel[...].reshape(-1, L1, V)
+        return jnp.einsum("bnld,dlv->bnlv", x, kernel).reshape(B, T, V)
 
     def prefill(self, tokens: Int[Array, "B T"]) -> tuple[Float[Array, "B V"], KVCache]:
         """Level-0 log-probs after a left-padded history, and the cache for the remaining steps."""
@@ -187,12 +207,19 @@ def _causal_mask(valid_BT: jax.Array) -> jax.Array:
 
 
 def token_log_likelihood(
-    logits: Float[Array, "B T L V"], targets: Int[Array, "B T"], space: TokenSpace
+    logits: Float[Array, "B T L V"] | Float[Array, "B T V"],
+    targets: Int[Array, "B T"],
+    space: TokenSpace,
 ) -> Float[Array, "B T"]:
-    """log p(target) under its own level's softmax; PAD/BOS targets give 0 (mask them by weight)."""
+    """log p(target) under its own level's softmax; PAD/BOS targets give 0 (mask them by weight).
+
+    Takes all levels' logits [B, T, L, V] or only each target's level (`target_logits`).
+    """
     code_ids = jnp.maximum(targets - NUM_SPECIAL, 0)
     level = code_ids // space.codebook_size
     code = code_ids % space.codebook_size
-    logits_BTV = jnp.take_along_axis(logits, level[:, :, None, None], axis=2)[:, :, 0, :]
+    if logits.ndim == 4:
+        logits = jnp.take_along_axis(logits, level[:, :, None, None], axis=2)[:, :, 0, :]
+    logits_BTV = logits
     log_probs = jax.nn.log_softmax(logits_BTV, axis=-1)
     return jnp.take_along_axis(log_probs, code[:, :, None], axis=2)[:, :, 0]

@@ -1,4 +1,4 @@
-"""Data parallelism: a Mesh over all local devices, batch sharded along `data`, params replicated."""
+"""Data parallelism: a Mesh over local devices, batch sharded along `data`, params replicated."""
 
 import jax
 import numpy as np

@@ -112,7 +112,7 @@ def loss_fn(
 ) -> tuple[Float[Array, ""], dict]:
     """Mean negative log-likelihood of the weighted target tokens."""
     model = nnx.merge(graphdef, params)
-    logits = model(batch["inputs"], dropout_key)
+    logits = model.target_logits(batch["inputs"], dropout_key)
     ll = token_log_likelihood(logits, batch["targets"], model.space)
     w = batch["weights"]
     count = w.sum()
@@ -370,3 +370,37 @@ def plot_losses(rows: list[dict], path: Path) -> None:
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)
+
+
+def load_retriever(retriever_dir: Path | str) -> Decoder:
+    """The best checkpoint's model from a `train_and_evaluate` work directory."""
+    retriever_dir = Path(retriever_dir)
+    path = retriever_dir / MODEL_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no trained retriever; run `genret train-retriever` first")
+    info = json.loads(path.read_text())
+    cfg = SeqModelConfig(**info["seqmodel"])
+    space = TokenSpace(num_levels=info["num_levels"], codebook_size=info["codebook_size"])
+    graphdef, params = nnx.split(init_model(cfg, space))
+    tx = make_optimizer(cfg, 1)  # only the optimizer state's structure matters here
+    abstract = jax.eval_shape(
+        lambda p: TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=tx.init(p)), params
+    )
+    ckpts = Checkpoints(retriever_dir / "checkpoints")
+    try:
+        state = ckpts.restore_best_params(abstract)
+    finally:
+        ckpts.close()
+    return nnx.merge(graphdef, state.params)
+
+
+def retrieval_fn(model: Decoder, constraint, *, beam_size: int):
+    """A jitted `tokens [B, T] -> (beam SIDs [B, K, L], scores [B, K], valid [B, K])`."""
+    graphdef, params = nnx.split(model)
+    fn = jax.jit(lambda p, c, t: decode(graphdef, p, t, c, beam_size))
+
+    def run(tokens):
+        result = fn(params, constraint, jnp.asarray(tokens))
+        return result.tokens, result.scores, result.valid
+
+    return run

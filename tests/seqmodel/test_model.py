@@ -101,3 +101,14 @@ def test_token_log_likelihood_uses_the_targets_level(space):
     ll = token_log_likelihood(logits, targets, space)
     want = [jax.nn.log_softmax(logits[0, 0, 1])[5], jax.nn.log_softmax(logits[0, 1, 0])[3]]
     np.testing.assert_allclose(ll[0], want, atol=1e-6)
+
+
+def test_target_logits_equal_the_targets_level_of_the_full_head(model, space, tiny_cfg):
+    tokens, _ = _histories(space, tiny_cfg.max_history, [4, 2])
+    inputs = tokens[:, :-1]  # a training input: BOS + whole items, T = max_history * (L + 1)
+    full = model(inputs)
+    level = np.arange(inputs.shape[1]) % NUM_LEVELS
+    want = full[:, np.arange(inputs.shape[1]), level]
+    np.testing.assert_allclose(model.target_logits(inputs), want, atol=1e-5)
+    with pytest.raises(ValueError, match="multiple of"):
+        model.target_logits(tokens)
