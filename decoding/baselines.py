@@ -197,13 +197,17 @@ class HashBitmap(Constraint):
         sids = _check_sids(sids, vocab_size)
         N, L = sids.shape
         log2_bits = max(5, int(np.ceil(np.log2(N * L * bits_per_prefix))))
-        bitmap = np.zeros(1 << log2_bits, dtype=bool)
+        words = np.zeros(max(1, (1 << log2_bits) // 32), np.uint32)
         h = np.zeros(N, np.uint32)
         with np.errstate(over="ignore"):
             for lev in range(L):
                 h = _extend(h, sids[:, lev])
-                bitmap[h & np.uint32((1 << log2_bits) - 1)] = True
-        words = np.packbits(bitmap, bitorder="little").view("<u4")
+                # Sorted positions: OR each word's bits once (ufunc.at is ~10x slower).
+                pos = np.sort(h & np.uint32((1 << log2_bits) - 1))
+                word = pos >> np.uint32(5)
+                first = np.flatnonzero(np.concatenate([[True], word[1:] != word[:-1]]))
+                bits = np.left_shift(np.uint32(1), pos & np.uint32(31))
+                words[word[first]] |= np.bitwise_or.reduceat(bits, first)
         return cls(words, vocab_size, L, log2_bits)
 
     def init_state(self, batch_size: int):

@@ -82,6 +82,50 @@ def build(method: str, sids: np.ndarray, cfg: BenchConfig) -> Constraint:
     raise ValueError(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
+def _swap_one_more(search, table, init, sids: np.ndarray, cfg: BenchConfig) -> dict:
+    """Adds one item: rebuild, then the first search with the new set (compiles only if the
+    capacity bucket changed)."""
+    extra = random_sids(1, cfg.levels, cfg.vocab, cfg.seed + 2)
+    compiled = search._cache_size()
+    t0 = time.perf_counter()
+    c = jax.device_put(
+        StaticConstraint(
+            StaticIndex.build(
+                np.concatenate([sids, extra]), vocab_size=cfg.vocab, dense_levels=cfg.dense_levels
+            )
+        )
+    )
+    build_s = time.perf_counter() - t0
+    first_ms = _timed(search, table, init, c)
+    return {
+        "add_one_build_s": build_s,
+        "add_one_first_search_ms": first_ms,
+        "add_one_recompiled": search._cache_size() > compiled,
+    }
+
+
+def measure_build(cfg: BenchConfig) -> dict:
+    """STATIC build alone: seconds, index bytes and the process's peak RSS (input included)."""
+    import resource
+
+    sids = random_sids(cfg.num_items, cfg.levels, cfg.vocab, cfg.seed)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    t0 = time.perf_counter()
+    idx = StaticIndex.build(sids, vocab_size=cfg.vocab, dense_levels=cfg.dense_levels)
+    build_s = time.perf_counter() - t0
+    nbytes = idx.nbytes()
+    return {
+        "config": dataclasses.asdict(cfg),
+        "build_s": build_s,
+        "input_bytes": sids.nbytes,
+        "index_bytes": nbytes,
+        "bytes_per_item": nbytes["total"] / cfg.num_items,
+        "distinct_items": int(idx.num_items),
+        "peak_rss_gib_before_build": rss_before,
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
+
+
 def _table_step(table, tokens, level, cache):
     """Stand-in model step: log-probs from a fixed table row chosen by the previous code."""
     return jnp.take(table, level, axis=0)[tokens % _ROWS], cache
@@ -170,6 +214,8 @@ def run_bench(cfg: BenchConfig, progress=None) -> dict:
         }
         row["step_overhead_ms"] = row["step"]["median_ms"] - row["unconstrained_step"]["median_ms"]
         row["search_ratio"] = row["search"]["median_ms"] / row["unconstrained_search"]["median_ms"]
+        if method == "static":
+            row.update(_swap_one_more(search, table, init, sids, cfg))
         if method == "hash_bitmap":
             if static_idx is None:
                 static_idx = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.dense_levels)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from data import atomic
-from decoding.bench import METHODS, BenchConfig, run_bench
+from decoding.bench import METHODS, BenchConfig, measure_build, run_bench
 
 
 def add_bench_args(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-items", type=int, default=BenchConfig().num_items, help="N")
     parser.add_argument("--vocab", type=int, default=BenchConfig().vocab, help="V")
     add_bench_args(parser)
+    parser.add_argument("--build-only", action="store_true", help="STATIC build time and memory")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
 
 
@@ -55,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     if args.num_items < 1 or args.vocab < 2:
         raise ValueError("--num-items must be >= 1 and --vocab >= 2")
     cfg = bench_config(args, num_items=args.num_items, vocab=args.vocab)
-    result = run_bench(cfg, progress=lambda msg: print(msg, file=sys.stderr))
+    if args.build_only:
+        result = measure_build(cfg)
+    else:
+        result = run_bench(cfg, progress=lambda msg: print(msg, file=sys.stderr))
     text = json.dumps(result, indent=2)
     if args.out:
         atomic.write_text(args.out, text + "\n")
