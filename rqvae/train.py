@@ -34,11 +34,12 @@ class TrainState:
 
 
 def _optimizer(cfg: RQVAEConfig) -> optax.GradientTransformation:
+    warmup = max(min(cfg.warmup_steps, cfg.num_steps - 1), 0)
     schedule = optax.warmup_cosine_decay_schedule(
         0.0,
         cfg.learning_rate,
-        min(cfg.warmup_steps, cfg.num_steps),
-        max(cfg.num_steps, 1),
+        warmup,
+        max(cfg.num_steps, warmup + 1),
         end_value=cfg.learning_rate * 0.05,
     )
     return optax.adamw(schedule, weight_decay=cfg.weight_decay)
@@ -155,8 +156,12 @@ def _meta(cfg: RQVAEConfig, x_fit: np.ndarray) -> dict:
         "embed_dim": int(x_fit.shape[1]),
         "num_fit_items": int(x_fit.shape[0]),
         "embeddings_sha256": hashlib.sha256(np.ascontiguousarray(x_fit).tobytes()).hexdigest(),
-        "config": json_config(cfg),
+        "config": {k: v for k, v in json_config(cfg).items() if k not in _RESUMABLE_CHANGES},
     }
+
+
+# Fields that do not change training, so a resume may change them.
+_RESUMABLE_CHANGES = ("dedup_last_level", "checkpoint_every", "fit_on")
 
 
 def json_config(cfg: RQVAEConfig) -> dict:

@@ -1,0 +1,54 @@
+"""A catalog's texts -> embeddings (cached) -> RQ-VAE -> SIDs, and a one-line summary."""
+
+from pathlib import Path
+
+from data import splits
+from data.types import Catalog
+from rqvae.config import RQVAEConfig
+from rqvae.embed import embed_texts
+from rqvae.train import train_and_evaluate
+
+
+def tokenize_catalog(
+    cfg: RQVAEConfig,
+    catalog: Catalog,
+    out_dir: Path,
+    *,
+    cache_dir: Path | None,
+    cold_fraction: float,
+    progress: bool = True,
+) -> dict:
+    """Embeds the catalog, fits on all items or (fit_on=warm) on those outside the newest
+    `cold_fraction`, and writes the SIDs of all items to `out_dir`; returns the metrics."""
+    x = embed_texts(catalog.texts, cfg, cache_dir)
+    fit_mask = None
+    if cfg.fit_on == "warm":
+        fit_mask = ~splits.cold_start_items(catalog.first_time, cold_fraction)
+    return train_and_evaluate(
+        cfg,
+        x,
+        out_dir,
+        asins=[str(a) for a in catalog.asins],
+        fit_mask=fit_mask,
+        leaf_categories=list(catalog.leaf_categories),
+        progress=progress,
+    )
+
+
+def summary(metrics: dict) -> dict:
+    """The numbers a person checks first."""
+    keys = (
+        "num_items",
+        "num_fit_items",
+        "total_seconds",
+        "reconstruction_loss",
+        "collision_item_fraction",
+        "collision_level_max",
+        "semantic_level1",
+    )
+    out = {k: metrics.get(k) for k in keys}
+    out["codes_used"] = [lv["codes_used"] for lv in metrics["levels"]]
+    out["nearest_code_collision_item_fraction"] = metrics["nearest_codes"][
+        "collision_item_fraction"
+    ]
+    return out
