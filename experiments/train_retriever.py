@@ -25,13 +25,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fraction of newest items held out as the cold-start set, e.g. 0.02",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="call jax.distributed.initialize() first (several hosts; see README)",
+    )
     common.add_config_args(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     if not 0.0 < args.cold_start < 1.0:
         raise ValueError(f"--cold-start: expected a fraction in (0, 1), got {args.cold_start}")
-    cfg = common.resolve_config(args)
+    if args.distributed:
+        import jax
+
+        jax.distributed.initialize()
+    cfg = common.resolve_config(args, save=not args.distributed or _is_lead())
     ds = load_prepared(common.prepared_dir(args.workdir))
     tok_dir = common.tokenizer_dir(args.workdir)
     sids, asins = rqvae.load_sids(tok_dir)
@@ -43,3 +52,9 @@ def run(args: argparse.Namespace) -> int:
     result = train_and_evaluate(cfg.seqmodel, out, data, show_progress=not args.no_progress)
     print(json.dumps(result.summary, indent=2))
     return 0
+
+
+def _is_lead() -> bool:
+    import jax
+
+    return jax.process_index() == 0

@@ -247,13 +247,15 @@ def train_and_evaluate(
         )
         state, progress = ckpts.restore_latest(abstract, iterator)
     step = int(jax.device_get(state.step))
-    atomic.write_json(
-        workdir / MODEL_FILE,
-        {"seqmodel": dataclasses.asdict(cfg), "num_levels": space.num_levels, "codebook_size": V},
-    )
+    # Several hosts: every process trains; only process 0 writes the run's files.
+    lead = jax.process_index() == 0
+    info = {"seqmodel": dataclasses.asdict(cfg), "num_levels": space.num_levels, "codebook_size": V}
+    if lead:
+        atomic.write_json(workdir / MODEL_FILE, info)
     metrics_path = workdir / "metrics.jsonl"
     rows = _read_metrics(metrics_path, step)
-    atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+    if lead:
+        atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
 
     step_fn = jax.jit(
         functools.partial(train_step, graphdef, tx, cfg.seed), donate_argnames="state"
@@ -304,7 +306,8 @@ def train_and_evaluate(
             tps = tokens_seen / max(train_seconds, 1e-9)
             window[-1]["tokens_per_s"] = tps
             window.append(validate_and_save(step))
-            _append(metrics_path, window)
+            if lead:
+                _append(metrics_path, window)
             bar.set_postfix(
                 loss=f"{window[-2]['loss']:.3f}",
                 tok_s=f"{tps:,.0f}",
@@ -330,8 +333,9 @@ def train_and_evaluate(
         "tokens_per_s_this_run": tokens_seen / max(train_seconds, 1e-9),
         "devices": int(mesh.devices.size),
     }
-    atomic.write_json(workdir / "train_summary.json", summary)
-    plot_losses(rows, workdir / "loss.png")
+    if lead:
+        atomic.write_json(workdir / "train_summary.json", summary)
+        plot_losses(rows, workdir / "loss.png")
     return TrainResult(state=state, summary=summary)
 
 
