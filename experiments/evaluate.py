@@ -91,7 +91,8 @@ def random_metrics(
     out = metrics.ranking_metrics(pred, targets, ks=(1, 5, 10), ndcg_ks=(5, 10))
     expected = metrics.expected_random_metrics(len(allowed_items), ks=(1, 5, 10), ndcg_ks=(5, 10))
     out.update({f"expected_{k}": v for k, v in expected.items()})
-    out["valid_rate"] = float((pred >= 0).sum() / pred.size)
-    out["cold_rate"] = out["valid_rate"]
+    # Padding (-1, when |C| < K) is not a returned beam; every returned guess is an allowed item.
+    returned = pred >= 0
+    out["valid_rate"] = out["cold_rate"] = float(returned.sum() / max(returned.sum(), 1))
     out.update(metrics.latency_summary(np.array([seconds])))
     return out

@@ -1,12 +1,9 @@
 """Cold-start and leave-one-out evaluations of a trained retriever, written to WORKDIR/results/."""
 
-import json
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
-from flax import nnx
 
 import rqvae
 from data import atomic
@@ -14,12 +11,9 @@ from data.prepared import load_prepared
 from data.splits import cold_start_split, leave_one_out
 from decoding import StaticConstraint, StaticIndex, Unconstrained
 from experiments import common, evaluate, metrics
-from seqmodel import sharding
-from seqmodel.checkpoint import Checkpoints
-from seqmodel.config import SeqModelConfig
-from seqmodel.tokens import TokenSpace, encode_histories, sid_tokens
-from seqmodel.train import MODEL_FILE, TrainState, check_sids_match, decode, init_model
-from seqmodel.train import make_optimizer as _make_optimizer
+from seqmodel import train as seqmodel_train
+from seqmodel.tokens import encode_histories, sid_tokens
+from seqmodel.train import MODEL_FILE, check_sids_match
 
 
 def check_fraction(fraction: float) -> None:
@@ -45,44 +39,17 @@ def load_inputs(workdir: Path):
 
 
 def load_retriever(rdir: Path, command: str):
-    """(graphdef, best params, SeqModelConfig, TokenSpace) of a trained retriever."""
-    meta = json.loads(_require(rdir / MODEL_FILE, command).read_text())
-    if not (rdir / "checkpoints").exists():
-        raise FileNotFoundError(f"{rdir}/checkpoints is missing; make it with `{command}`")
-    cfg = SeqModelConfig(**meta["seqmodel"])
-    space = TokenSpace(num_levels=meta["num_levels"], codebook_size=meta["codebook_size"])
-    graphdef, params = nnx.split(init_model(cfg, space))
-    tx = _make_optimizer(cfg, 10)
-    template = TrainState(step=np.zeros((), np.int32), params=params, opt_state=tx.init(params))
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), template)
-    ckpts = Checkpoints(rdir / "checkpoints")
-    try:
-        state = ckpts.restore_best_params(abstract)
-    finally:
-        ckpts.close()
-    return graphdef, state.params, cfg, space
+    """The best checkpoint's Decoder; a missing artifact names the command that makes it."""
+    _require(rdir / MODEL_FILE, command)
+    _require(rdir / "checkpoints", command)
+    return seqmodel_train.load_retriever(rdir)
 
 
-def _decoders(graphdef, params, constraints: dict, beam_size: int, mesh) -> dict:
-    """One jitted prefill + beam search per constraint, returning host-ready arrays."""
-    params = jax.device_put(params, sharding.replicated(mesh))
-    fn = jax.jit(lambda p, c, t: decode(graphdef, p, t, c, beam_size))
-
-    def make(constraint):
-        c = jax.device_put(constraint, sharding.replicated(mesh))
-
-        def run(tokens):
-            res = fn(params, c, sharding.put_batch(tokens, mesh))
-            return res.tokens, res.scores, res.valid
-
-        return run
-
-    return {name: make(c) for name, c in constraints.items()}
-
-
-def _batch_size(requested: int, mesh) -> int:
-    n = mesh.shape["data"]
-    return max(n, requested // n * n)
+def _decoders(model, constraints: dict, beam_size: int) -> dict:
+    return {
+        name: seqmodel_train.retrieval_fn(model, c, beam_size=beam_size)
+        for name, c in constraints.items()
+    }
 
 
 def evaluate_cold_start(cfg, workdir: Path, fraction: float, *, batch_size: int = 64) -> dict:
@@ -91,9 +58,10 @@ def evaluate_cold_start(cfg, workdir: Path, fraction: float, *, batch_size: int 
     ds, sids = load_inputs(workdir)
     split = cold_start_split(ds, fraction)
     rdir = common.retriever_dir(workdir, f"cold_{fraction:g}")
-    graphdef, params, scfg, space = load_retriever(
+    model = load_retriever(
         rdir, f"genret train-retriever --workdir {workdir} --cold-start {fraction:g}"
     )
+    scfg, space = model.cfg, model.space
     V, L = space.codebook_size, space.num_levels
     if sids.shape[1] != L:
         raise ValueError(f"{rdir}: retriever expects {L} SID levels, tokenizer has {sids.shape[1]}")
@@ -104,24 +72,19 @@ def evaluate_cold_start(cfg, workdir: Path, fraction: float, *, batch_size: int 
     targets = split.test_targets[users]
     inputs = encode_histories(sid_tokens(sids, V), split.test_histories, scfg.max_history)[users]
     K = cfg.eval.beam_size
-    mesh = sharding.make_mesh()
     build_start = time.perf_counter()
     index = StaticIndex.build(
         sids[split.cold_items], vocab_size=V, dense_levels=cfg.decode.dense_levels
     )
     build_seconds = time.perf_counter() - build_start
     decoders = _decoders(
-        graphdef,
-        params,
-        {"unconstrained": Unconstrained(V, L), "static": StaticConstraint(index)},
-        K,
-        mesh,
+        model, {"unconstrained": Unconstrained(V, L), "static": StaticConstraint(index)}, K
     )
     decoded = evaluate.decode_interleaved(
         decoders,
         inputs,
         metrics.SIDLookup(sids, V),
-        batch_size=_batch_size(batch_size, mesh),
+        batch_size=batch_size,
         desc=f"cold {fraction:g}",
     )
     cold = split.cold_mask
@@ -154,25 +117,21 @@ def evaluate_warm(cfg, workdir: Path, *, batch_size: int = 64) -> dict:
     ds, sids = load_inputs(workdir)
     split = leave_one_out(ds)
     rdir = common.retriever_dir(workdir, "loo")
-    graphdef, params, scfg, space = load_retriever(
-        rdir, f"genret train-retriever --workdir {workdir} --split loo"
-    )
+    model = load_retriever(rdir, f"genret train-retriever --workdir {workdir} --split loo")
+    scfg, space = model.cfg, model.space
     V, L = space.codebook_size, space.num_levels
     targets = split.test_targets
     inputs = encode_histories(sid_tokens(sids, V), split.test_histories, scfg.max_history)
-    mesh = sharding.make_mesh()
     index = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.decode.dense_levels)
     decoded = evaluate.decode_interleaved(
         _decoders(
-            graphdef,
-            params,
+            model,
             {"unconstrained": Unconstrained(V, L), "static_all_items": StaticConstraint(index)},
             max(cfg.eval.beam_size, 10),
-            mesh,
         ),
         inputs,
         metrics.SIDLookup(sids, V),
-        batch_size=_batch_size(batch_size, mesh),
+        batch_size=batch_size,
         desc="leave-one-out",
     )
     everything = np.ones(len(sids), bool)
