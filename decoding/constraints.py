@@ -5,6 +5,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from decoding.static_index import StaticIndex
@@ -84,7 +85,7 @@ class StaticConstraint(Constraint):
         return max(self.index.dense_levels, 1)
 
     def _is_dense(self, level: Level) -> bool:
-        return isinstance(level, int) and level < self.index.dense_levels
+        return isinstance(level, int | np.integer) and level < self.index.dense_levels
 
     def candidates(self, level: Level, state, log_probs: Float[Array, "B K V"]) -> Candidates:
         idx = self.index
@@ -101,8 +102,8 @@ class StaticConstraint(Constraint):
                 valid = _bit(idx.dense_words, idx.dense_offsets[level], code_BKV)
             out = _all_tokens(log_probs)
             return out._replace(valid=valid, aux=code_BKV)
-        if isinstance(level, int):
-            width = idx.capacity.widths[level - idx.dense_levels]
+        if isinstance(level, int | np.integer):
+            width = idx.capacity.widths[int(level) - idx.dense_levels]
         else:
             width = max(idx.capacity.widths)
         s = jnp.clip(state, 0, idx.capacity.nodes - 1)

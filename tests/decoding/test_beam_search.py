@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from decoding import StaticConstraint, StaticIndex, Unconstrained, beam_search
-from tests.decoding.helpers import all_sids, brute_top, random_log_probs, run
+from tests.decoding.helpers import all_sids, brute_top, random_log_probs, run, table_step
 
 
 @pytest.mark.parametrize("dense_levels", [0, 1, 2, 3])
@@ -86,3 +86,18 @@ def test_mismatched_constraint_is_a_clear_error():
     lp = np.zeros((1, 2, 4), np.float32)
     with pytest.raises(ValueError, match="constraint"):
         run(Unconstrained(5, 2), lp, 2)
+
+
+@pytest.mark.slow
+def test_eager_and_jit_agree():
+    rng = np.random.default_rng(5)
+    V, L, K = 4, 2, 3
+    sids = rng.integers(0, V, (6, L))
+    lp = random_log_probs(rng, 2, L, V)
+    c = StaticConstraint(StaticIndex.build(sids, vocab_size=V))
+    eager = beam_search(
+        table_step, jnp.asarray(lp[:, 0]), {"lp": jnp.asarray(lp)}, c, beam_size=K, num_levels=L
+    )
+    jitted = run(c, lp, K)
+    np.testing.assert_array_equal(eager.tokens, jitted.tokens)
+    np.testing.assert_allclose(eager.scores, jitted.scores, rtol=1e-6)
