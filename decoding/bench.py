@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import json
 import os
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -106,8 +107,6 @@ def _swap_one_more(search, table, init, sids: np.ndarray, cfg: BenchConfig) -> d
 
 def measure_build(cfg: BenchConfig) -> dict:
     """STATIC build alone: seconds, index bytes and the process's peak RSS (input included)."""
-    import resource
-
     sids = random_sids(cfg.num_items, cfg.levels, cfg.vocab, cfg.seed)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     t0 = time.perf_counter()
@@ -147,14 +146,15 @@ def run_bench(cfg: BenchConfig, progress=None) -> dict:
     if unknown:
         raise ValueError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
     B, K, L, V = cfg.batch, cfg.beam, cfg.levels, cfg.vocab
+    if L < 2:
+        raise ValueError(f"--levels must be >= 2 to time a step after level 0, got {L}")
     sids = random_sids(cfg.num_items, L, V, cfg.seed)
     rng = np.random.default_rng(cfg.seed + 1)
     logits = rng.normal(size=(L, _ROWS, V)).astype(np.float32) * 3
     table = jax.nn.log_softmax(jnp.asarray(logits), axis=-1)
     init = jnp.asarray(rng.normal(size=(B, V)).astype(np.float32))
     init = jax.nn.log_softmax(init, axis=-1)
-    level = cfg.step_level if cfg.step_level >= 0 else L // 2
-    level = min(max(level, 1), L - 1) if L > 1 else 0
+    level = min(max(cfg.step_level if cfg.step_level >= 0 else L // 2, 1), L - 1)
 
     search = jax.jit(
         lambda table, init, c: beam_search(
