@@ -241,19 +241,54 @@ def _first_child(starts: list[np.ndarray], lev: int, M: int) -> np.ndarray:
     return np.append(first, np.int32(len(starts[lev])))
 
 
+def _pack(sids: np.ndarray, bits: int, per_word: int) -> list[np.ndarray]:
+    """Codes packed big-end first into uint64 words, in row blocks (no [N, L] uint64 temporary)."""
+    N, L = sids.shape
+    words = [np.empty(N, np.uint64) for _ in range(0, L, per_word)]
+    for a in range(0, N, 1 << 20):
+        block = sids[a : a + (1 << 20)].astype(np.uint64)
+        for k, start in enumerate(range(0, L, per_word)):
+            w = np.zeros(len(block), np.uint64)
+            for j in range(start, min(start + per_word, L)):
+                w <<= np.uint64(bits)
+                w |= block[:, j]
+            words[k][a : a + len(block)] = w
+    return words
+
+
+def _sorted_distinct(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (np.unique hashes first, which is ~10x slower here)."""
+    x = np.sort(x)
+    keep = np.empty(len(x), dtype=bool)
+    keep[:1] = True
+    np.not_equal(x[1:], x[:-1], out=keep[1:])
+    return x[keep]
+
+
 def _sorted_unique_columns(sids: np.ndarray, V: int) -> list[np.ndarray]:
     """Lexicographically sorted distinct rows, one array per column (codes packed in uint64)."""
     N, L = sids.shape
     bits = max(1, (V - 1).bit_length())
     per_word = 64 // bits
-    words = []
-    for start in range(0, L, per_word):
-        w = np.zeros(N, dtype=np.uint64)
-        for j in range(start, min(start + per_word, L)):
-            w = (w << np.uint64(bits)) | sids[:, j].astype(np.uint64)
-        words.append(w)
+    words = _pack(sids, bits, per_word)
+    tail_bits = bits * (L - per_word * (len(words) - 1))
     if len(words) == 1:
-        words = [np.unique(words[0])]
+        words = [_sorted_distinct(words[0])]
+    elif len(words) == 2 and max(N - 1, 1).bit_length() + tail_bits <= 64:
+        # Replace the first word by its dense rank so that (rank, second word) is one uint64:
+        # one argsort plus one plain sort instead of a multi-key stable sort (4x faster at 1e7).
+        order = np.argsort(words[0])
+        lead, tail = words[0][order], words[1][order]
+        del order, words
+        new = np.empty(N, dtype=bool)
+        new[0] = True
+        np.not_equal(lead[1:], lead[:-1], out=new[1:])
+        uniq_lead = lead[new]
+        del lead
+        rank = np.cumsum(new, dtype=np.uint64) - np.uint64(1)
+        key = _sorted_distinct((rank << np.uint64(tail_bits)) | tail)
+        del rank, tail
+        words = [uniq_lead[key >> np.uint64(tail_bits)], key & np.uint64((1 << tail_bits) - 1)]
     else:
         # LSD order: unstable sort on the last word, then stable sorts towards the first.
         order = np.argsort(words[-1])
