@@ -301,9 +301,11 @@ def train_and_evaluate(
         if step % cfg.eval_every == 0 or step == end:
             window.append(_host_row(*pending))
             pending = None
-            train_seconds += time.perf_counter() - t0
-            tokens_seen += sum(r.pop("tokens") for r in window)
-            tps = tokens_seen / max(train_seconds, 1e-9)
+            # Per-window throughput (non-PAD input tokens), validation time excluded.
+            seconds = time.perf_counter() - t0
+            tokens = sum(r.pop("tokens") for r in window)
+            train_seconds, tokens_seen = train_seconds + seconds, tokens_seen + tokens
+            tps = tokens / max(seconds, 1e-9)
             window[-1]["tokens_per_s"] = tps
             window.append(validate_and_save(step))
             if lead:
@@ -315,8 +317,9 @@ def train_and_evaluate(
             )
             window = []
             t0 = time.perf_counter()
-        elif step % 10 == 0:
-            bar.set_postfix(loss=f"{window[-1]['loss']:.3f}" if window else "")
+        elif step % 10 == 0 and window:
+            tps = sum(r["tokens"] for r in window) / max(time.perf_counter() - t0, 1e-9)
+            bar.set_postfix(loss=f"{window[-1]['loss']:.3f}", tok_s=f"{tps:,.0f}")
         bar.update(1)
     bar.close()
     ckpts.wait()

@@ -15,13 +15,13 @@ def get_config() -> Config:
     seqmodel = dataclasses.replace(
         cfg.seqmodel,
         num_layers=2,
-        d_model=128,
-        num_heads=4,
-        mlp_dim=256,
+        d_model=64,
+        num_heads=2,
+        mlp_dim=128,
         layout="causal",
         batch_size=128,
         learning_rate=2e-3,
-        num_epochs=8,
+        num_epochs=10,
         eval_every=174,
         eval_users=1000,
     )
