@@ -44,10 +44,9 @@ def run(args: argparse.Namespace) -> int:
     ds = load_prepared(common.prepared_dir(args.workdir))
     tok_dir = common.tokenizer_dir(args.workdir)
     sids, asins = rqvae.load_sids(tok_dir)
-    check_sids_match(asins, ds.catalog.asins, tok_dir)
-    data = cold_start_data(
-        ds, sids, codebook_size=cfg.rqvae.codebook_size, fraction=args.cold_start, cfg=cfg.seqmodel
-    )
+    V = cfg.rqvae.codebook_size
+    check_sids_match(asins, ds.catalog.asins, tok_dir, sids=sids, codebook_size=V)
+    data = cold_start_data(ds, sids, codebook_size=V, fraction=args.cold_start, cfg=cfg.seqmodel)
     out = common.retriever_dir(args.workdir, f"cold_{args.cold_start:g}")
     result = train_and_evaluate(cfg.seqmodel, out, data, show_progress=not args.no_progress)
     print(json.dumps(result.summary, indent=2))

@@ -49,8 +49,20 @@ class RetrieverData:
     allowed: np.ndarray  # bool [N]: items a validation beam may return (the non-cold ones)
 
 
-def check_sids_match(asins: list[str], catalog_asins, tokenizer_dir: Path | str) -> None:
+def check_sids_match(
+    asins: list[str],
+    catalog_asins,
+    tokenizer_dir: Path | str,
+    *,
+    sids: np.ndarray | None = None,
+    codebook_size: int | None = None,
+) -> None:
     """The tokenizer's item order must be the prepared catalog's, else SIDs name wrong items."""
+    if sids is not None and codebook_size is not None and sids.size and sids.max() >= codebook_size:
+        raise ValueError(
+            f"{tokenizer_dir}/sids.npy: codes reach {sids.max()}, but the config's "
+            f"rqvae.codebook_size is {codebook_size}; retrain the tokenizer with this config"
+        )
     catalog = [str(a) for a in catalog_asins]
     if len(asins) != len(catalog):
         raise ValueError(

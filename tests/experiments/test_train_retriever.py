@@ -7,6 +7,7 @@ import pytest
 from data import atomic
 from data.prepared import load_prepared
 from experiments import cli
+from experiments.config import load_preset
 
 FAST = [
     "--set",
@@ -35,9 +36,10 @@ FAST = [
 def _write_tokenizer(workdir: Path, *, reverse: bool = False) -> None:
     asins = [str(a) for a in load_prepared(workdir / "prepared").catalog.asins]
     n = len(asins)
+    V = load_preset("tiny").rqvae.codebook_size
     rng = np.random.default_rng(0)
-    flat = rng.choice(256**3, size=n, replace=False)
-    codes = np.stack([(flat // 256**i) % 256 for i in (2, 1, 0)] + [np.zeros(n, int)], 1)
+    flat = rng.choice(V**3, size=n, replace=False)
+    codes = np.stack([(flat // V**i) % V for i in (2, 1, 0)] + [np.zeros(n, int)], 1)
     atomic.save_npy(workdir / "tokenizer" / "sids.npy", codes.astype(np.int32))
     atomic.write_text(
         workdir / "tokenizer" / "asins.txt", "\n".join(asins[::-1] if reverse else asins) + "\n"

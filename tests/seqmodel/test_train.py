@@ -153,6 +153,8 @@ def test_tokenizer_artifact_that_does_not_match_catalog_is_an_error():
     with pytest.raises(ValueError, match="asins.txt line 2"):
         check_sids_match(["A0", "B1", "A2"], catalog, "W/tokenizer")
     check_sids_match(catalog, np.array(catalog), "W/tokenizer")
+    with pytest.raises(ValueError, match="sids.npy: codes reach 9, but .*codebook_size is 8"):
+        check_sids_match(catalog, catalog, "W/tokenizer", sids=np.full((3, 2), 9), codebook_size=8)
 
 
 def test_unknown_layout_and_bad_shapes_are_errors():
