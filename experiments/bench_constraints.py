@@ -25,6 +25,13 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--dense-levels", type=int, default=d.dense_levels)
     parser.add_argument("--loop", choices=("unroll", "scan"), default="unroll")
+    parser.add_argument("--ppv-top-k", type=int, default=d.ppv_top_k, help="PPV approximate k")
+    parser.add_argument(
+        "--hash-bits",
+        type=int,
+        default=d.hash_bits_per_prefix,
+        help="hash bitmap bits per stored prefix",
+    )
 
 
 def bench_config(args: argparse.Namespace, **overrides) -> BenchConfig:
@@ -40,6 +47,8 @@ def bench_config(args: argparse.Namespace, **overrides) -> BenchConfig:
         dense_levels=args.dense_levels,
         unroll=args.loop == "unroll",
         methods=tuple(m for m in args.methods.split(",") if m),
+        ppv_top_k=args.ppv_top_k,
+        hash_bits_per_prefix=args.hash_bits,
     )
     return BenchConfig(**{**kw, **overrides})
 
