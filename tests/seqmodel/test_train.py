@@ -237,3 +237,31 @@ def test_beam_search_over_model_returns_allowed_sids_scored_by_the_full_forward(
     logits = model(jnp.asarray(seq))[0, -LEVELS:]
     want = sum(float(jax.nn.log_softmax(logits[lv, lv])[beams[0, 0, lv]]) for lv in range(LEVELS))
     np.testing.assert_allclose(scores[0, 0], want, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
+def test_no_cold_item_in_a_beauty_epoch(amazon_root, tmp_path):
+    from data.config import DataConfig
+    from data.prepared import load_prepared, prepare
+
+    prepare(DataConfig(dataset="beauty"), amazon_root / "Beauty", tmp_path / "prepared")
+    ds = load_prepared(tmp_path / "prepared")
+    V4 = 256
+    sids = random_unique_sids(len(ds.catalog), 4, V4)
+    cfg = dataclasses.replace(CFG, max_history=20, eval_users=1000)
+    data = cold_start_data(ds, sids, codebook_size=V4, fraction=0.02, cfg=cfg)
+    assert (~data.allowed).sum() >= 243  # the STATIC paper's Beauty 2% cold set (day ties add)
+    tok = sid_tokens(sids, V4).astype(np.int64)
+    key = lambda blocks: (blocks * V4 ** np.arange(3, -1, -1)).sum(-1)  # noqa: E731
+    cold_keys = key(tok[~data.allowed] - 2)
+    tf = TokenizeExample(sid_tokens(sids, V4), 20, "causal")
+    users = 0
+    for batch in batches(HistorySource(data.train), tf, batch_size=512, seed=0, num_epochs=1):
+        # Every 4-token block after BOS is one item; PAD/BOS blocks are cut off by the mask.
+        seq = np.concatenate([batch["inputs"], batch["targets"][:, -1:]], axis=1)[:, 1:]
+        blocks = seq.reshape(len(seq), -1, 4).astype(np.int64)
+        real = (blocks >= 2).all(-1)
+        assert not np.isin(key(blocks[real] - 2), cold_keys).any()
+        users += len(seq)
+    assert users == len(data.train) // 512 * 512
