@@ -20,7 +20,7 @@ from data import atomic
 from data.pipeline import HistorySource, batches
 from data.splits import cold_start_split, holdout_last
 from data.types import Histories, InteractionData
-from decoding import StaticConstraint, StaticIndex, beam_search
+from decoding import BeamResult, StaticConstraint, StaticIndex, beam_search
 from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import SeqModelConfig
@@ -149,8 +149,8 @@ def train_step(graphdef, tx, seed: int, state: TrainState, batch: dict) -> tuple
 
 
 def decode(
-    graphdef, params, tokens: Int[Array, "B T"], constraint, beam_size: int
-):  # -> BeamResult
+    graphdef: nnx.GraphDef, params, tokens: Int[Array, "B T"], constraint, beam_size: int
+) -> BeamResult:
     """Prefill + beam search over the model's step function (call inside jax.jit)."""
     model = nnx.merge(graphdef, params)
     log_probs, cache = model.prefill(tokens)
@@ -171,19 +171,14 @@ def recall_at_k(
     U = len(tokens)
     n = -(-U // batch_size) * batch_size
     tokens = np.concatenate([tokens, np.repeat(tokens[-1:], n - U, 0)])
+    targets = np.concatenate([target_sids, np.repeat(target_sids[-1:], n - U, 0)])
     hits = []
     for b in range(0, n, batch_size):
         res = decode_fn(params, sharding.put_batch(tokens[b : b + batch_size], mesh))
         beams, valid = jax.device_get((res.tokens, res.valid))
-        hits.append(
-            ((beams == target_sids_pad(target_sids, n, b, batch_size)).all(-1) & valid).any(-1)
-        )
+        same = (beams == targets[b : b + batch_size, None, :]).all(-1)
+        hits.append((same & valid).any(-1))
     return float(np.concatenate(hits)[:U].mean())
-
-
-def target_sids_pad(target_sids: np.ndarray, n: int, b: int, batch_size: int) -> np.ndarray:
-    padded = np.concatenate([target_sids, np.repeat(target_sids[-1:], n - len(target_sids), 0)])
-    return padded[b : b + batch_size, None, :]
 
 
 def init_model(cfg: SeqModelConfig, space: TokenSpace) -> Decoder:

@@ -265,3 +265,24 @@ def test_no_cold_item_in_a_beauty_epoch(amazon_root, tmp_path):
         assert not np.isin(key(blocks[real] - 2), cold_keys).any()
         users += len(seq)
     assert users == len(data.train) // 512 * 512
+
+
+def test_recall_at_k_counts_only_valid_beams_and_trims_padding():
+    from decoding import BeamResult
+    from seqmodel import sharding
+    from seqmodel.train import recall_at_k
+
+    targets = np.arange(15, dtype=np.int32).reshape(5, 3)
+
+    def fake_decode(params, tokens):
+        rows = np.asarray(tokens)[:, 0]
+        beams = np.zeros((len(rows), 2, 3), np.int32)
+        beams[:, 1] = targets[rows]  # row r's second beam is its target...
+        valid = np.ones((len(rows), 2), bool)
+        valid[rows == 1, 1] = False  # ...but row 1's is invalid, so not a hit
+        return BeamResult(*map(jnp.asarray, (beams, np.zeros((len(rows), 2), np.float32), valid)))
+
+    tokens = np.arange(5, dtype=np.int32)[:, None]
+    mesh = sharding.make_mesh(jax.devices()[:1])
+    got = recall_at_k(fake_decode, None, tokens, targets, batch_size=2, mesh=mesh)
+    assert got == pytest.approx(4 / 5)
