@@ -13,7 +13,7 @@ class RQVAEConfig:
     tfidf_max_features: int = 100_000
     num_levels: int = 3  # L
     codebook_size: int = 256  # V
-    latent_dim: int = 32  # D
+    latent_dim: int = 8  # D; small D means fewer Beauty items colliding on all L codes (BENCHMARKS)
     hidden_dims: tuple[int, ...] = (256, 128)
     beta: float = 0.25  # commitment weight
     rotation_trick: bool = False  # gradient through the rotation trick instead of straight-through

@@ -1,6 +1,7 @@
 """RQ-VAE training: artifacts, same seed same codes, exact resume, dead-code restarts, bad input."""
 
 import dataclasses
+import functools
 import json
 
 import jax
@@ -135,12 +136,13 @@ def test_fit_on_warm_items_encodes_the_others(tmp_path):
 
 def test_restart_moves_only_dead_codes_onto_residuals():
     x = _data()
-    graphdef, state = train._new_state(CFG, 8, x)
+    graphdef, state = train._new_state(CFG, 8, None)
     usage = np.ones((3, 8), np.int32)
     usage[0, [2, 5]] = 0
     state = state.replace(usage=jnp.asarray(usage))
     before = nnx.merge(graphdef, state.params).quantizer.levels[0].codebook[...]
-    new, n = train.restart_dead_codes(graphdef, 0, state, jnp.asarray(x), jnp.arange(16))
+    restart = jax.jit(functools.partial(train.restart_dead_codes, graphdef, 0))
+    new, n = restart(state, jnp.asarray(x), jnp.arange(16))
     after = nnx.merge(graphdef, new.params).quantizer.levels[0].codebook[...]
     np.testing.assert_array_equal(n, [2, 0, 0])
     keep = np.setdiff1d(np.arange(8), [2, 5])
@@ -153,9 +155,7 @@ def test_restart_moves_only_dead_codes_onto_residuals():
 
 def test_train_step_needs_no_implicit_transfers(tmp_path):
     x = _data()
-    graphdef, state = train._new_state(CFG, 8, x)
-    import functools
-
+    graphdef, state = train._new_state(CFG, 8, None)
     step = jax.jit(
         functools.partial(train.train_step, graphdef, train._optimizer(CFG), 0.25),
         donate_argnames="state",
@@ -163,7 +163,7 @@ def test_train_step_needs_no_implicit_transfers(tmp_path):
     data = jax.device_put(x)
     idx = jax.device_put(np.arange(16, dtype=np.int32))
     step(state, data, idx)  # compile outside the guard
-    _, state = train._new_state(CFG, 8, x)
+    _, state = train._new_state(CFG, 8, None)
     with jax.transfer_guard("disallow"):
         state, metrics = step(state, data, idx)
         got = jax.device_get(metrics)
