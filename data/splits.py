@@ -69,10 +69,25 @@ def _remove(h: Histories, drop: np.ndarray) -> Histories:
     return Histories(items=h.items[keep], times=h.times[keep], offsets=offsets)
 
 
-def cold_start_split(ds: InteractionData, fraction: float) -> ColdStartSplit:
-    """Cold set = newest items; a test user has >= 1 item before its first cold one."""
-    cold_mask = cold_start_items(ds.catalog.first_time, fraction)
+def cold_start_split(
+    ds: InteractionData, fraction: float, *, exclude: Bool[np.ndarray, " N"] | None = None
+) -> ColdStartSplit:
+    """Cold set = newest items; a test user has >= 1 item before its first cold one.
+
+    Items in `exclude` are removed from every history and never join the cold set, which is then
+    the newest `fraction` of the remaining items (see validation_split).
+    """
+    first_time = np.asarray(ds.catalog.first_time)
     h = ds.histories
+    if exclude is None:
+        cold_mask = cold_start_items(first_time, fraction)
+    else:
+        exclude = np.asarray(exclude, bool)
+        if exclude.shape != first_time.shape:
+            raise ValueError(f"exclude: expected shape {first_time.shape}, got {exclude.shape}")
+        cold_mask = np.zeros(len(first_time), bool)
+        cold_mask[~exclude] = cold_start_items(first_time[~exclude], fraction)
+        h = _remove(h, exclude[h.items])
     is_cold = cold_mask[h.items]
     user_of = np.repeat(np.arange(len(h)), h.lengths())
     pos = np.arange(len(h.items)) - h.offsets[user_of]
@@ -91,6 +106,15 @@ def cold_start_split(ds: InteractionData, fraction: float) -> ColdStartSplit:
         test_histories=_prefixes(h, test_users, ends),
         test_targets=h.items[h.offsets[test_users] + ends].astype(np.int32),
     )
+
+
+def validation_split(ds: InteractionData, fraction: float) -> ColdStartSplit:
+    """The cold-start protocol moved into the training period, for tuning without test targets.
+
+    The real cold items are removed from every history; the newest `fraction` of the remaining
+    items become a pseudo cold set, with its own training histories and test cases.
+    """
+    return cold_start_split(ds, fraction, exclude=cold_start_items(ds.catalog.first_time, fraction))
 
 
 def leave_one_out(ds: InteractionData | Histories) -> LeaveOneOutSplit:

@@ -123,3 +123,23 @@ def test_cold_start_split_invariants(items, first_time, fraction):
         assert s.test_histories[j].tolist() == h[:first]
     expected = [u for u, h in enumerate(items) if any(s.cold_mask[h]) and not s.cold_mask[h[0]]]
     assert s.test_users.tolist() == expected
+
+
+def test_validation_split_never_sees_real_cold_items(tmp_path):
+    from data import amazon, synthetic
+    from data.config import SyntheticConfig
+    from data.splits import cold_start_split, validation_split
+
+    cfg = SyntheticConfig(num_items=300, num_users=400, num_categories=6)
+    synthetic.generate(cfg, tmp_path)
+    ds = amazon.read_raw_dir(tmp_path)
+    real = cold_start_split(ds, 0.05)
+    val = validation_split(ds, 0.05)
+    assert not (val.cold_mask & real.cold_mask).any()
+    for h in (val.train, val.test_histories):
+        assert not real.cold_mask[h.items].any(), "a real cold item leaked into validation"
+    assert not real.cold_mask[val.test_targets].any()
+    assert val.cold_mask[val.test_targets].all() and not val.cold_mask[val.train.items].any()
+    # The pseudo cold items are the newest of the warm ones.
+    warm_times = ds.catalog.first_time[~real.cold_mask]
+    assert ds.catalog.first_time[val.cold_items].min() >= np.median(warm_times)
