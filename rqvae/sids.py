@@ -38,7 +38,7 @@ def dedup_last_level(
     last_codebook: Float[np.ndarray, "V D"],
 ) -> Int[np.ndarray, "N L"]:
     """Items that share all L codes keep their first L-1; all but the nearest move to the nearest
-    last-level code still free among the items sharing those L-1 codes (LC-Rec's remedy).
+    last-level code still free among the items sharing those L-1 codes (greedy LC-Rec remedy).
 
     Returns new codes; groups with more than V items under one prefix keep some collisions.
     """
