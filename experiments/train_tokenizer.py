@@ -20,14 +20,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--embedder",
         choices=("tfidf", "minilm"),
         default=None,
-        help="item text embedder (default: the config's rqvae.embedder)",
+        help="item text embedder; unset: the config's rqvae.embedder",
     )
     parser.add_argument(
         "--fit-on",
         choices=("all", "warm"),
         default=None,
-        help="fit on all items (default) or only on items outside the largest "
-        "cold-start set, which are then only encoded",
+        help="fit on all items or only on those outside the largest cold-start set, "
+        "which are then only encoded; unset: the config's rqvae.fit_on",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
