@@ -192,6 +192,8 @@ def _check_meta(saved: dict, want: dict, ckpt_dir: Path) -> None:
 
 
 def _batch_indices(step: int, n: int, batch: int, seed: int, cache: dict) -> np.ndarray:
+    # A pure function of (seed, step): a resumed run needs no data-iterator state to see the
+    # same batches as an uninterrupted one.
     per_epoch = n // batch
     epoch, pos = divmod(step, per_epoch)
     if cache.get("epoch") != epoch:
