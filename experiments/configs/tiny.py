@@ -21,4 +21,17 @@ def get_config() -> Config:
         num_steps=200,
         checkpoint_every=100,
     )
-    return dataclasses.replace(cfg, data=data, rqvae=rqvae)
+    seqmodel = dataclasses.replace(
+        cfg.seqmodel,
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        mlp_dim=32,
+        max_history=5,
+        batch_size=16,
+        num_epochs=2,
+        eval_every=10,
+        eval_users=20,
+        eval_beam_size=4,
+    )
+    return dataclasses.replace(cfg, data=data, rqvae=rqvae, seqmodel=seqmodel)
