@@ -298,36 +298,38 @@ def train_and_evaluate(
     bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not show_progress)
     pending, window, train_seconds, tokens_seen = None, [], 0.0, 0
     t0 = time.perf_counter()
-    while step < end and not progress["stopped"]:
-        batch = sharding.put_batch(next(iterator), mesh)
-        state, metrics = step_fn(state, batch)
-        step += 1
-        if pending is not None:
-            window.append(_host_row(*pending))
-        pending = (step, metrics)
-        if step % cfg.eval_every == 0 or step == end:
-            window.append(_host_row(*pending))
-            pending = None
-            # Per-window throughput (non-PAD input tokens), validation time excluded.
-            seconds = time.perf_counter() - t0
-            tokens = sum(r.pop("tokens") for r in window)
-            train_seconds, tokens_seen = train_seconds + seconds, tokens_seen + tokens
-            tps = tokens / max(seconds, 1e-9)
-            window[-1]["tokens_per_s"] = tps
-            window.append(validate_and_save(step))
-            if lead:
-                _append(metrics_path, window)
-            bar.set_postfix(
-                loss=f"{window[-2]['loss']:.3f}",
-                tok_s=f"{tps:,.0f}",
-                recall=f"{window[-1][f'valid_recall@{cfg.eval_beam_size}']:.3f}",
-            )
-            window = []
-            t0 = time.perf_counter()
-        elif step % 10 == 0 and window:
-            tps = sum(r["tokens"] for r in window) / max(time.perf_counter() - t0, 1e-9)
-            bar.set_postfix(loss=f"{window[-1]['loss']:.3f}", tok_s=f"{tps:,.0f}")
-        bar.update(1)
+    # Implicit host<->device copies in the hot loop are bugs (a stray float() or numpy operand).
+    with jax.transfer_guard("disallow"):
+        while step < end and not progress["stopped"]:
+            batch = sharding.put_batch(next(iterator), mesh)
+            state, metrics = step_fn(state, batch)
+            step += 1
+            if pending is not None:
+                window.append(_host_row(*pending))
+            pending = (step, metrics)
+            if step % cfg.eval_every == 0 or step == end:
+                window.append(_host_row(*pending))
+                pending = None
+                # Per-window throughput (non-PAD input tokens), validation time excluded.
+                seconds = time.perf_counter() - t0
+                tokens = sum(r.pop("tokens") for r in window)
+                train_seconds, tokens_seen = train_seconds + seconds, tokens_seen + tokens
+                tps = tokens / max(seconds, 1e-9)
+                window[-1]["tokens_per_s"] = tps
+                window.append(validate_and_save(step))
+                if lead:
+                    _append(metrics_path, window)
+                bar.set_postfix(
+                    loss=f"{window[-2]['loss']:.3f}",
+                    tok_s=f"{tps:,.0f}",
+                    recall=f"{window[-1][f'valid_recall@{cfg.eval_beam_size}']:.3f}",
+                )
+                window = []
+                t0 = time.perf_counter()
+            elif step % 10 == 0 and window:
+                tps = sum(r["tokens"] for r in window) / max(time.perf_counter() - t0, 1e-9)
+                bar.set_postfix(loss=f"{window[-1]['loss']:.3f}", tok_s=f"{tps:,.0f}")
+            bar.update(1)
     bar.close()
     ckpts.wait()
     ckpts.close()
