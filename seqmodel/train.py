@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from data import atomic
 from data.pipeline import HistorySource, batches
-from data.splits import cold_start_split, holdout_last
+from data.splits import cold_start_split, holdout_last, leave_one_out
 from data.types import Histories, InteractionData
 from decoding import BeamResult, StaticConstraint, StaticIndex, beam_search
 from seqmodel import sharding
@@ -95,6 +95,24 @@ def cold_start_data(
         valid_histories=valid_h,
         valid_targets=valid_t,
         allowed=~split.cold_mask,
+    )
+
+
+def loo_data(
+    ds: InteractionData, sids: np.ndarray, *, codebook_size: int, cfg: SeqModelConfig
+) -> RetrieverData:
+    """Leave-one-out (TIGER): train on all but the last two items; validate on a seeded sample of
+    eval_users second-to-last items (never a test target); every item allowed."""
+    split = leave_one_out(ds)
+    rng = np.random.default_rng(cfg.seed)
+    rows = np.sort(rng.permutation(len(split.valid_targets))[: cfg.eval_users])
+    return RetrieverData(
+        sids=np.asarray(sids, np.int32),
+        codebook_size=codebook_size,
+        train=split.train,
+        valid_histories=Histories.from_lists([split.valid_histories[int(i)] for i in rows]),
+        valid_targets=split.valid_targets[rows].astype(np.int32),
+        allowed=np.ones(len(sids), bool),
     )
 
 

@@ -70,10 +70,14 @@ def test_unknown_config_key_is_one_line_error(prepared_workdir, capsys):
     assert "seqmodel.layout" in capsys.readouterr().err
 
 
-def test_cold_start_fraction_out_of_range_is_an_error(prepared_workdir, capsys):
-    argv = ["train-retriever", "--workdir", str(prepared_workdir), "--cold-start", "2"]
+def test_cold_start_fraction_out_of_range_or_misplaced_is_an_error(prepared_workdir, capsys):
+    argv = ["train-retriever", "--workdir", str(prepared_workdir)]
+    assert cli.main([*argv, "--cold-start", "2"]) == 1
+    assert "--cold-start: expected a fraction" in capsys.readouterr().err
     assert cli.main(argv) == 1
-    assert "--cold-start" in capsys.readouterr().err
+    assert "--cold-start: expected a fraction in (0, 1), got None" in capsys.readouterr().err
+    assert cli.main([*argv, "--split", "loo", "--cold-start", "0.02"]) == 1
+    assert "not used with --split loo" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -95,3 +99,12 @@ def test_train_retriever_end_to_end_then_resume_is_a_no_op(prepared_workdir, cap
 
     model = load_retriever(out)
     assert model.cfg.d_model == 16
+
+
+@pytest.mark.slow
+def test_train_retriever_leave_one_out_split(prepared_workdir, capsys):
+    _write_tokenizer(prepared_workdir)
+    argv = ["train-retriever", "--workdir", str(prepared_workdir), "--split", "loo"]
+    assert cli.main([*argv, "--no-progress", *FAST]) == 0
+    summary = json.loads((prepared_workdir / "retriever_loo" / "train_summary.json").read_text())
+    assert summary["steps"] == 4

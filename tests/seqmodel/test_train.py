@@ -27,6 +27,7 @@ from seqmodel.train import (
     check_sids_match,
     cold_start_data,
     init_model,
+    loo_data,
     loss_fn,
     retrieval_fn,
     train_and_evaluate,
@@ -286,3 +287,19 @@ def test_recall_at_k_counts_only_valid_beams_and_trims_padding():
     mesh = sharding.make_mesh(jax.devices()[:1])
     got = recall_at_k(fake_decode, None, tokens, targets, batch_size=2, mesh=mesh)
     assert got == pytest.approx(4 / 5)
+
+
+def test_loo_data_validates_on_second_to_last_items_never_trained_on():
+    ds = _dataset()
+    cfg = dataclasses.replace(CFG, eval_users=10)
+    data = loo_data(ds, random_unique_sids(N, LEVELS, V), codebook_size=V, cfg=cfg)
+    h = ds.histories
+    assert len(data.valid_targets) == 10 and data.allowed.all()
+    second_last = {int(h[u][-2]) for u in range(len(h))}
+    assert set(data.valid_targets.tolist()) <= second_last
+    for u in range(len(h)):
+        np.testing.assert_array_equal(data.train[u], h[u][:-2])
+    for i in range(10):
+        hist = data.valid_histories[i]
+        owners = [u for u in range(len(h)) if np.array_equal(h[u][:-2], hist)]
+        assert any(h[u][-2] == data.valid_targets[i] for u in owners)
