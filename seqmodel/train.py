@@ -2,7 +2,9 @@
 
 import dataclasses
 import functools
+import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -217,6 +219,26 @@ class TrainResult:
     summary: dict
 
 
+def inputs_fingerprint(cfg: SeqModelConfig, data: RetrieverData) -> str:
+    """Hash of the config, SIDs and split: a checkpoint resumes only under the same inputs."""
+    h = hashlib.sha256(json.dumps(dataclasses.asdict(cfg), sort_keys=True).encode())
+    for a in (data.sids, data.train.items, data.train.offsets, data.valid_targets, data.allowed):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _start_over_if_inputs_changed(workdir: Path, info: dict, lead: bool) -> None:
+    """A changed config, tokenizer or split makes old checkpoints meaningless: drop them."""
+    path = workdir / MODEL_FILE
+    if not path.exists() or json.loads(path.read_text()).get("inputs") == info["inputs"]:
+        return
+    if lead:
+        tqdm.write(f"{workdir}: config, SIDs or split changed since the last run; starting over")
+        shutil.rmtree(workdir / "checkpoints", ignore_errors=True)
+        (workdir / "metrics.jsonl").unlink(missing_ok=True)
+        path.unlink()
+
+
 def _read_metrics(path: Path, upto_step: int) -> list[dict]:
     if not path.exists():
         return []
@@ -264,6 +286,15 @@ def train_and_evaluate(
     tx = make_optimizer(cfg, total)
     state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
     state = jax.device_put(state, sharding.replicated(mesh))
+    # Several hosts: every process trains; only process 0 writes the run's files.
+    lead = jax.process_index() == 0
+    info = {
+        "seqmodel": dataclasses.asdict(cfg),
+        "num_levels": space.num_levels,
+        "codebook_size": V,
+        "inputs": inputs_fingerprint(cfg, data),
+    }
+    _start_over_if_inputs_changed(workdir, info, lead)
     ckpts = Checkpoints(workdir / "checkpoints")
     progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
     if ckpts.latest_step() is not None:
@@ -272,9 +303,6 @@ def train_and_evaluate(
         )
         state, progress = ckpts.restore_latest(abstract, iterator)
     step = int(jax.device_get(state.step))
-    # Several hosts: every process trains; only process 0 writes the run's files.
-    lead = jax.process_index() == 0
-    info = {"seqmodel": dataclasses.asdict(cfg), "num_levels": space.num_levels, "codebook_size": V}
     if lead:
         atomic.write_json(workdir / MODEL_FILE, info)
     metrics_path = workdir / "metrics.jsonl"

@@ -104,6 +104,19 @@ def test_resume_after_two_steps_equals_uninterrupted_run(tmp_path):
     assert (tmp_path / "b" / "checkpoints" / "best").is_dir()
 
 
+@pytest.mark.slow
+def test_changed_inputs_start_over_instead_of_resuming(tmp_path):
+    data = _data()
+    train_and_evaluate(CFG, tmp_path, data, stop_after=2, show_progress=False)
+    other = dataclasses.replace(data, sids=random_unique_sids(N, LEVELS, V, seed=1))
+    result = train_and_evaluate(CFG, tmp_path, other, stop_after=1, show_progress=False)
+    assert result.summary["steps"] == 1, "resumed a checkpoint trained on other SIDs"
+    rows = [
+        __import__("json").loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in rows if "loss" in r] == [1]
+
+
 def test_initial_loss_is_near_uniform_over_codes():
     data = _data()
     space = TokenSpace(num_levels=LEVELS, codebook_size=V)
