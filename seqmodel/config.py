@@ -7,17 +7,21 @@ LAYOUTS = ("causal", "sliding")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SeqModelConfig:
-    """Transformer shape, example layout and training schedule."""
+    """Transformer shape, example layout and training schedule.
 
-    num_layers: int = 4
-    d_model: int = 128  # D
-    num_heads: int = 4  # H
-    mlp_dim: int = 256  # hidden width of the gated MLP
+    Defaults are the size chosen on Beauty: a 2% cold-start run took 12 minutes on the shared
+    2-core reference CPU (docs/BENCHMARKS.md, "Retriever training").
+    """
+
+    num_layers: int = 2
+    d_model: int = 64  # D
+    num_heads: int = 2  # H
+    mlp_dim: int = 128  # hidden width of the gated MLP
     dropout: float = 0.1
     max_history: int = 20  # items kept per history (the most recent ones)
     layout: str = "causal"  # causal: one pass per user, loss on items 2..n; sliding: one target
     batch_size: int = 128
-    learning_rate: float = 1e-3
+    learning_rate: float = 2e-3
     warmup_steps: int = 100
     weight_decay: float = 0.05
     grad_clip: float = 1.0
