@@ -22,6 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--beam-size", type=int, default=None, help="K (default: eval.beam_size)")
     parser.add_argument("--batch-size", type=int, default=64, help="users decoded per call")
+    parser.add_argument(
+        "--validation",
+        action="store_true",
+        help="the tuning protocol inside the training period (needs train-retriever --split "
+        "cold-val); writes results/validation_cold_start_<p>.json",
+    )
     common.add_config_args(parser)
 
 
@@ -31,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         args.overrides = [*args.overrides, f"eval.beam_size={args.beam_size}"]
     cfg = common.resolve_config(args)
     result = retrieval_eval.evaluate_cold_start(
-        cfg, args.workdir, args.cold_start, batch_size=args.batch_size
+        cfg, args.workdir, args.cold_start, batch_size=args.batch_size, validation=args.validation
     )
     print(report.cold_start_table([result]))
     print(f"STATIC / unconstrained latency (median): {result['static_overhead_ratio_median']:.2f}x")

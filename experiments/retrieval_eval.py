@@ -8,7 +8,7 @@ import numpy as np
 import rqvae
 from data import atomic
 from data.prepared import load_prepared
-from data.splits import cold_start_split, leave_one_out
+from data.splits import cold_start_split, leave_one_out, validation_split
 from decoding import StaticConstraint, StaticIndex, Unconstrained
 from experiments import common, evaluate, metrics
 from seqmodel import train as seqmodel_train
@@ -52,14 +52,21 @@ def _decoders(model, constraints: dict, beam_size: int) -> dict:
     }
 
 
-def evaluate_cold_start(cfg, workdir: Path, fraction: float, *, batch_size: int = 64) -> dict:
-    """Unconstrained vs constrained random vs STATIC over the cold set; writes the results JSON."""
+def evaluate_cold_start(
+    cfg, workdir: Path, fraction: float, *, batch_size: int = 64, validation: bool = False
+) -> dict:
+    """Unconstrained vs constrained random vs STATIC over the cold set; writes the results JSON.
+
+    validation=True runs the tuning protocol (data.splits.validation_split): no test target is read.
+    """
     check_fraction(fraction)
     ds, sids = load_inputs(workdir)
-    split = cold_start_split(ds, fraction)
-    rdir = common.retriever_dir(workdir, f"cold_{fraction:g}")
+    split = (validation_split if validation else cold_start_split)(ds, fraction)
+    name = f"{'coldval' if validation else 'cold'}_{fraction:g}"
+    rdir = common.retriever_dir(workdir, name)
+    split_arg = "--split cold-val " if validation else ""
     model = load_retriever(
-        rdir, f"genret train-retriever --workdir {workdir} --cold-start {fraction:g}"
+        rdir, f"genret train-retriever --workdir {workdir} {split_arg}--cold-start {fraction:g}"
     )
     scfg, space = model.cfg, model.space
     V, L = space.codebook_size, space.num_levels
@@ -107,8 +114,10 @@ def evaluate_cold_start(cfg, workdir: Path, fraction: float, *, batch_size: int 
         "static_index_build_seconds": build_seconds,
         "static_index_bytes": int(index.nbytes()["total"]),
         "seed": cfg.eval.seed,
+        "split": "validation" if validation else "test",
     }
-    atomic.write_json(common.results_dir(workdir) / f"cold_start_{fraction:g}.json", result)
+    prefix = "validation_" if validation else ""
+    atomic.write_json(common.results_dir(workdir) / f"{prefix}cold_start_{fraction:g}.json", result)
     return result
 
 

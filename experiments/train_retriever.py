@@ -20,7 +20,13 @@ from seqmodel.train import check_sids_match, cold_start_data, loo_data, train_an
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_workdir_arg(parser)
-    parser.add_argument("--split", choices=("cold", "loo"), default="cold", help="training split")
+    parser.add_argument(
+        "--split",
+        choices=("cold", "cold-val", "loo"),
+        default="cold",
+        help="cold: cold-start training; cold-val: the same protocol inside the training period, "
+        "for tuning (no test target seen); loo: leave-one-out",
+    )
     parser.add_argument(
         "--cold-start",
         type=float,
@@ -40,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.split == "loo" and args.cold_start is not None:
         raise ValueError("--cold-start: not used with --split loo")
-    if args.split == "cold" and not 0.0 < (args.cold_start or 0.0) < 1.0:
+    if args.split != "loo" and not 0.0 < (args.cold_start or 0.0) < 1.0:
         raise ValueError(f"--cold-start: expected a fraction in (0, 1), got {args.cold_start}")
     if args.distributed:
         jax.distributed.initialize()
@@ -54,10 +60,12 @@ def run(args: argparse.Namespace) -> int:
         data = loo_data(ds, sids, codebook_size=V, cfg=cfg.seqmodel)
         out = common.retriever_dir(args.workdir, "loo")
     else:
+        val = args.split == "cold-val"
         data = cold_start_data(
-            ds, sids, codebook_size=V, fraction=args.cold_start, cfg=cfg.seqmodel
+            ds, sids, codebook_size=V, fraction=args.cold_start, cfg=cfg.seqmodel, validation=val
         )
-        out = common.retriever_dir(args.workdir, f"cold_{args.cold_start:g}")
+        name = f"{'coldval' if val else 'cold'}_{args.cold_start:g}"
+        out = common.retriever_dir(args.workdir, name)
     result = train_and_evaluate(cfg.seqmodel, out, data, show_progress=not args.no_progress)
     print(json.dumps(result.summary, indent=2))
     return 0

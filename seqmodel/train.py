@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from data import atomic
 from data.pipeline import HistorySource, batches
-from data.splits import cold_start_split, holdout_last, leave_one_out
+from data.splits import cold_start_split, holdout_last, leave_one_out, validation_split
 from data.types import Histories, InteractionData
 from decoding import BeamResult, StaticConstraint, StaticIndex, beam_search
 from seqmodel import sharding
@@ -86,9 +86,14 @@ def cold_start_data(
     codebook_size: int,
     fraction: float,
     cfg: SeqModelConfig,
+    validation: bool = False,
 ) -> RetrieverData:
-    """Training histories without any cold-start item, minus a validation holdout of last items."""
-    split = cold_start_split(ds, fraction)
+    """Training histories without any cold-start item, minus a validation holdout of last items.
+
+    validation=True trains for the tuning protocol (data.splits.validation_split): the real cold
+    items are gone and the newest remaining items play the cold set.
+    """
+    split = (validation_split if validation else cold_start_split)(ds, fraction)
     train, valid_h, valid_t = holdout_last(split.train, max_users=cfg.eval_users, seed=cfg.seed)
     return RetrieverData(
         sids=np.asarray(sids, np.int32),

@@ -71,3 +71,16 @@ def test_eval_cold_start_end_to_end(workdir, capsys):
     assert static["valid_rate"] == 1.0 and static["cold_rate"] == 1.0
     assert rand["expected_recall@1"] == pytest.approx(1 / res["num_cold_items"])
     assert res["static_overhead_ratio_median"] > 0
+
+
+@pytest.mark.slow
+def test_validation_protocol_end_to_end(workdir):
+    w = str(workdir)
+    train = ["train-retriever", "--workdir", w, "--split", "cold-val", "--cold-start", "0.05"]
+    assert cli.main([*train, "--no-progress", *TRAIN_FAST]) == 0
+    assert (workdir / "retriever_coldval_0.05" / "train_summary.json").exists()
+    argv = ["eval-cold-start", "--workdir", w, "--cold-start", "0.05", "--validation"]
+    assert cli.main(argv) == 0
+    res = json.loads((workdir / "results" / "validation_cold_start_0.05.json").read_text())
+    assert res["split"] == "validation"
+    assert res["methods"]["static"]["cold_rate"] == 1.0
