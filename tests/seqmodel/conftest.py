@@ -1,5 +1,7 @@
 """Tiny retriever fixtures: random unique SIDs, a small model config and its token space."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -41,8 +43,6 @@ class JittedModel:
     """jit-compiled forward/prefill/step of a Decoder (eager nnx calls are slow in tests)."""
 
     def __init__(self, model: Decoder):
-        import jax
-
         graphdef, self.state = nnx.split(model)
         self._fwd = jax.jit(lambda s, t: nnx.merge(graphdef, s)(t))
         self._prefill = jax.jit(lambda s, t: nnx.merge(graphdef, s).prefill(t))
@@ -55,6 +55,4 @@ class JittedModel:
         return self._prefill(self.state, tokens)
 
     def step(self, codes, level, cache):
-        import jax.numpy as jnp
-
         return self._step(self.state, codes, jnp.int32(level), cache)
