@@ -3,17 +3,20 @@
 from experiments import stages
 
 
+def _writer(tmp_path, calls, name):
+    """A stage body that logs its call and writes its one output."""
+
+    def run():
+        calls.append(name)
+        (tmp_path / name).write_text(name)
+
+    return run
+
+
 def _make(tmp_path, calls, a_param=1):
-    def writer(name):
-        def run():
-            calls.append(name)
-            (tmp_path / name).write_text(name)
-
-        return run
-
     return [
-        stages.Stage("a", (a_param,), (tmp_path / "a",), writer("a")),
-        stages.Stage("b", (), (tmp_path / "b",), writer("b")),
+        stages.Stage("a", (a_param,), (tmp_path / "a",), _writer(tmp_path, calls, "a")),
+        stages.Stage("b", (), (tmp_path / "b",), _writer(tmp_path, calls, "b")),
     ]
 
 
@@ -67,18 +70,12 @@ def test_independent_branches_do_not_rerun_each_other(tmp_path):
     calls = []
 
     def make(p):
-        def writer(name):
-            def run():
-                calls.append(name)
-                (tmp_path / name).write_text(name)
+        def stage(name, parts=(), after=()):
+            return stages.Stage(
+                name, parts, (tmp_path / name,), _writer(tmp_path, calls, name), after=after
+            )
 
-            return run
-
-        return [
-            stages.Stage("root", (), (tmp_path / "root",), writer("root")),
-            stages.Stage("x", (p,), (tmp_path / "x",), writer("x"), after=("root",)),
-            stages.Stage("y", (), (tmp_path / "y",), writer("y"), after=("root",)),
-        ]
+        return [stage("root"), stage("x", (p,), ("root",)), stage("y", (), ("root",))]
 
     stages.run_stages(make(1), tmp_path, log=lambda s: None)
     stages.run_stages(make(2), tmp_path, log=lambda s: None)
