@@ -1,0 +1,35 @@
+"""genret pipeline on the tiny preset: every artifact and the report; a rerun skips every stage."""
+
+import json
+
+import pytest
+
+from experiments import cli
+
+
+@pytest.mark.slow
+def test_pipeline_end_to_end_then_skips(tmp_path, capsys):
+    argv = ["pipeline", "--dataset", "synthetic", "--workdir", str(tmp_path), "--config", "tiny"]
+    argv += ["--set", "eval.cold_start_fractions=0.05", "--set", "seqmodel.num_epochs=1"]
+    assert cli.main(argv) == 0
+    results = tmp_path / "results"
+    cold = json.loads((results / "cold_start_0.05.json").read_text())
+    assert set(cold["methods"]) == {"unconstrained", "random", "static"}
+    warm = json.loads((results / "warm.json").read_text())
+    assert set(warm["methods"]) == {"unconstrained", "static_all_items"}
+    report = (results / "report.md").read_text()
+    assert "Cold-start retrieval" in report and "Leave-one-out" in report
+    assert (results / "recall_at_1.png").stat().st_size > 1000
+    ledger = json.loads((tmp_path / "stages.json").read_text())
+    assert set(ledger) == {
+        "tokenizer",
+        "retriever_cold_0.05",
+        "eval_cold_0.05",
+        "retriever_loo",
+        "eval_warm",
+    }
+    capsys.readouterr()
+    # Same config: nothing reruns.
+    assert cli.main(["pipeline", "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("up to date, skipped") == 5, out
