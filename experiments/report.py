@@ -45,10 +45,13 @@ def cold_start_table(results: list[dict]) -> str:
         paper = PAPER_COLD_START.get(res["dataset"], {}).get(p, {})
         for method in METHODS:
             m = res["methods"][method]
+            r1 = _pct(m["recall@1"])
+            if "expected_recall@1" in m:  # the seeded sample beside its closed form
+                r1 += f" (expected {_pct(m['expected_recall@1'])})"
             lines.append(
                 f"| {p:g} ({res['num_cold_items']} items, {res['num_test_users']} users) "
                 f"| {method} "
-                f"| {_pct(m['recall@1'])} | {_pct(paper.get(method))} | {_pct(m['recall@5'])} "
+                f"| {r1} | {_pct(paper.get(method))} | {_pct(m['recall@5'])} "
                 f"| {_pct(m['recall@10'])} | {_pct(m['ndcg@10'])} | {_pct(m.get('valid_rate'))} "
                 f"| {_pct(m.get('cold_rate'))} | {m.get('latency_ms_median', float('nan')):.2f} |"
             )
