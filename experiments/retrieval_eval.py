@@ -52,6 +52,15 @@ def _decoders(model, constraints: dict, beam_size: int) -> dict:
     }
 
 
+def _sample_users(num_users: int, eval_cfg) -> np.ndarray:
+    """All test users, or a seeded sample of eval.max_test_users of them."""
+    users = np.arange(num_users)
+    if eval_cfg.max_test_users and num_users > eval_cfg.max_test_users:
+        rng = np.random.default_rng(eval_cfg.seed)
+        users = np.sort(rng.choice(users, eval_cfg.max_test_users, replace=False))
+    return users
+
+
 def evaluate_cold_start(
     cfg, workdir: Path, fraction: float, *, batch_size: int = 64, validation: bool = False
 ) -> dict:
@@ -72,10 +81,7 @@ def evaluate_cold_start(
     V, L = space.codebook_size, space.num_levels
     if sids.shape[1] != L:
         raise ValueError(f"{rdir}: retriever expects {L} SID levels, tokenizer has {sids.shape[1]}")
-    users = np.arange(len(split.test_targets))
-    if cfg.eval.max_test_users and len(users) > cfg.eval.max_test_users:
-        rng = np.random.default_rng(cfg.eval.seed)
-        users = np.sort(rng.choice(users, cfg.eval.max_test_users, replace=False))
+    users = _sample_users(len(split.test_targets), cfg.eval)
     targets = split.test_targets[users]
     inputs = encode_histories(sid_tokens(sids, V), split.test_histories, scfg.max_history)[users]
     K = cfg.eval.beam_size
@@ -129,8 +135,9 @@ def evaluate_warm(cfg, workdir: Path, *, batch_size: int = 64) -> dict:
     model = load_retriever(rdir, f"genret train-retriever --workdir {workdir} --split loo")
     scfg, space = model.cfg, model.space
     V, L = space.codebook_size, space.num_levels
-    targets = split.test_targets
-    inputs = encode_histories(sid_tokens(sids, V), split.test_histories, scfg.max_history)
+    users = _sample_users(len(split.test_targets), cfg.eval)
+    targets = split.test_targets[users]
+    inputs = encode_histories(sid_tokens(sids, V), split.test_histories, scfg.max_history)[users]
     index = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.decode.dense_levels)
     decoded = evaluate.decode_interleaved(
         _decoders(

@@ -1,13 +1,18 @@
 """Amazon Reviews 2014 Sports_and_Outdoors 5-core, the STATIC cold-start protocol.
 
+Beauty's settings, tuned on Beauty's validation split only; this dataset is run untuned.
+
 Command: `genret pipeline --dataset sports --workdir runs/sports`
 """
 
 import dataclasses
 
 from experiments.config import Config
+from experiments.configs import beauty
 
 
 def get_config() -> Config:
-    cfg = Config(name="sports")
-    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, dataset="sports"))
+    cfg = beauty.get_config()
+    return dataclasses.replace(
+        cfg, name="sports", data=dataclasses.replace(cfg.data, dataset="sports")
+    )

@@ -1,13 +1,16 @@
 """Amazon Reviews 2014 Toys_and_Games 5-core, the STATIC cold-start protocol.
 
+Beauty's settings, tuned on Beauty's validation split only; this dataset is run untuned.
+
 Command: `genret pipeline --dataset toys --workdir runs/toys`
 """
 
 import dataclasses
 
 from experiments.config import Config
+from experiments.configs import beauty
 
 
 def get_config() -> Config:
-    cfg = Config(name="toys")
-    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, dataset="toys"))
+    cfg = beauty.get_config()
+    return dataclasses.replace(cfg, name="toys", data=dataclasses.replace(cfg.data, dataset="toys"))
