@@ -13,11 +13,13 @@ def make_raw_dir(root: Path, name: str, *, gz: bool = False) -> Path:
     """A folder with reviews_<name>_5.json[.gz] and meta_<name>.json[.gz] from fixtures/."""
     out = root / f"raw_{name}_{'gz' if gz else 'plain'}"
     out.mkdir(parents=True, exist_ok=True)
-    for src in (FIXTURES / f"reviews_{name}_5.json", FIXTURES / f"meta_{name}.json"):
+    # Stored as NAME.reviews.txt / NAME.meta.txt so that nothing in git looks like a raw data file.
+    for kind, target in (("reviews", f"reviews_{name}_5.json"), ("meta", f"meta_{name}.json")):
+        src = FIXTURES / f"{name}.{kind}.txt"
         if gz:
-            (out / (src.name + ".gz")).write_bytes(gzip.compress(src.read_bytes(), mtime=0))
+            (out / (target + ".gz")).write_bytes(gzip.compress(src.read_bytes(), mtime=0))
         else:
-            shutil.copy(src, out / src.name)
+            shutil.copy(src, out / target)
     return out
 
 
