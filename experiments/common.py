@@ -54,6 +54,12 @@ def resolve_config(args: argparse.Namespace, *, dataset: str | None = None, save
     return cfg
 
 
+def check_cold_start_fraction(fraction: float) -> None:
+    """The protocol's cold-start fraction p must lie in (0, 0.5]."""
+    if not 0.0 < fraction <= 0.5:
+        raise ValueError(f"--cold-start: expected a fraction in (0, 0.5], got {fraction}")
+
+
 def default_raw_dir(dataset: str) -> Path:
     """The folder holding reviews_<Cat>_5.json.gz and meta_<Cat>.json.gz for a real dataset."""
     if dataset not in CATEGORY_DIRS:

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    retrieval_eval.check_fraction(args.cold_start)
+    common.check_cold_start_fraction(args.cold_start)
     if args.beam_size is not None:
         args.overrides = [*args.overrides, f"eval.beam_size={args.beam_size}"]
     cfg = common.resolve_config(args)

@@ -16,11 +16,6 @@ from seqmodel.tokens import encode_histories, sid_tokens
 from seqmodel.train import MODEL_FILE, check_sids_match
 
 
-def check_fraction(fraction: float) -> None:
-    if not 0.0 < fraction <= 0.5:
-        raise ValueError(f"--cold-start: expected a fraction in (0, 0.5], got {fraction}")
-
-
 def _require(path: Path, command: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; make it with `{command}`")
@@ -68,7 +63,7 @@ def evaluate_cold_start(
 
     validation=True runs the tuning protocol (data.splits.validation_split): no test target is read.
     """
-    check_fraction(fraction)
+    common.check_cold_start_fraction(fraction)
     ds, sids = load_inputs(workdir)
     split = (validation_split if validation else cold_start_split)(ds, fraction)
     name = f"{'coldval' if validation else 'cold'}_{fraction:g}"

@@ -77,6 +77,9 @@ def build_stages(cfg, workdir: Path) -> list[stages.Stage]:
 
 def run_pipeline(cfg, workdir: Path, raw_dir: Path | None) -> Path:
     """Prepares (self-caching), runs the stages that are out of date, writes the report."""
+    # Checked before any stage runs, not when the evaluation stage is reached after training.
+    for fraction in cfg.eval.cold_start_fractions:
+        common.check_cold_start_fraction(fraction)
     start = time.perf_counter()
     prepare = ["prepare", "--dataset", cfg.data.dataset, "--workdir", str(workdir)]
     if raw_dir is not None:

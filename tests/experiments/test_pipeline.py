@@ -33,3 +33,10 @@ def test_pipeline_end_to_end_then_skips(tmp_path, capsys):
     assert cli.main(["pipeline", "--workdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count("up to date, skipped") == 5, out
+
+
+def test_bad_fraction_fails_before_any_stage(tmp_path, capsys):
+    argv = ["pipeline", "--dataset", "synthetic", "--workdir", str(tmp_path), "--config", "tiny"]
+    assert cli.main([*argv, "--set", "eval.cold_start_fractions=0.02,0.7"]) == 1
+    assert "(0, 0.5]" in capsys.readouterr().err
+    assert not (tmp_path / "prepared").exists() and not (tmp_path / "stages.json").exists()
