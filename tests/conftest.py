@@ -1,5 +1,8 @@
 """Shared fixtures: strict numpy rank promotion, the real-data folder (skipped when absent)."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -16,3 +19,27 @@ def amazon_root() -> Path:
     if not (AMAZON_ROOT / "Beauty").is_dir():
         pytest.skip(f"real data not found at {AMAZON_ROOT}")
     return AMAZON_ROOT
+
+
+def run_on_forced_cpu_devices(
+    script: str, *, devices: int = 2, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Runs `script` in a fresh Python whose JAX sees `devices` host CPU devices.
+
+    XLA reads the device count only at start-up, hence a subprocess.
+    """
+    root = Path(__file__).resolve().parents[1]
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(root),
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,10 +1,8 @@
 """Beam search on 2 forced host CPU devices (batch sharded, index replicated) equals 1 device."""
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
+
+from tests.conftest import run_on_forced_cpu_devices
 
 _SCRIPT = textwrap.dedent(
     """
@@ -40,20 +38,6 @@ _SCRIPT = textwrap.dedent(
 
 
 def test_two_forced_cpu_devices_match_one():
-    root = Path(__file__).resolve().parents[2]
-    env = dict(
-        os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
-        JAX_PLATFORMS="cpu",
-        PYTHONPATH=str(root),
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", _SCRIPT],
-        env=env,
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_on_forced_cpu_devices(_SCRIPT, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("OK")

@@ -1,8 +1,5 @@
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -33,6 +30,7 @@ from seqmodel.train import (
     retrieval_fn,
     train_and_evaluate,
 )
+from tests.conftest import run_on_forced_cpu_devices
 from tests.seqmodel.conftest import random_unique_sids
 
 N, V, LEVELS = 40, 8, 3
@@ -203,18 +201,7 @@ np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
 
 @pytest.mark.slow
 def test_two_forced_cpu_devices_give_the_loss_of_one():
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu"
-    )
-    root = Path(__file__).resolve().parents[2]
-    out = subprocess.run(
-        [sys.executable, "-c", _TWO_DEVICES],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = run_on_forced_cpu_devices(_TWO_DEVICES, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "LOSSES" in out.stdout
 
