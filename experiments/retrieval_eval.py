@@ -3,6 +3,7 @@
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 
 import rqvae
@@ -41,8 +42,9 @@ def load_retriever(rdir: Path, command: str):
 
 
 def _decoders(model, constraints: dict, beam_size: int) -> dict:
+    """One jitted decode per constraint; each index is moved to the device once, not per batch."""
     return {
-        name: seqmodel_train.retrieval_fn(model, c, beam_size=beam_size)
+        name: seqmodel_train.retrieval_fn(model, jax.device_put(c), beam_size=beam_size)
         for name, c in constraints.items()
     }
 
