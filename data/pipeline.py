@@ -74,3 +74,9 @@ def batches(
     ds = ds.repeat(num_epochs).map(transform).batch(batch_size, drop_remainder=True)
     options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
     return ds.to_iter_dataset(options)
+
+
+def pad_rows(x: np.ndarray, multiple: int) -> np.ndarray:
+    """x with its last row repeated until len(x) is a multiple of `multiple` (one jit shape)."""
+    n = -(-len(x) // multiple) * multiple
+    return np.concatenate([x, np.repeat(x[-1:], n - len(x), axis=0)])

@@ -9,6 +9,7 @@ import numpy as np
 from jaxtyping import Int
 from tqdm import tqdm
 
+from data.pipeline import pad_rows
 from experiments import metrics
 
 # decode_batch(history int32[B, T]) -> (tokens int[B, K, L], scores float[B, K], valid bool[B, K])
@@ -41,8 +42,8 @@ def decode_interleaved(
     U = len(inputs)
     if U == 0:
         raise ValueError("no users to decode")
-    num_batches = -(-U // batch_size)
-    padded = np.concatenate([inputs, np.repeat(inputs[-1:], num_batches * batch_size - U, 0)])
+    padded = pad_rows(inputs, batch_size)
+    num_batches = len(padded) // batch_size
     for fn in methods.values():
         jax.block_until_ready(fn(padded[:batch_size]))
     out = {name: ([], [], [], []) for name in methods}

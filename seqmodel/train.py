@@ -19,7 +19,7 @@ from jaxtyping import Array, Float, Int
 from tqdm.auto import tqdm
 
 from data import atomic
-from data.pipeline import HistorySource, batches
+from data.pipeline import HistorySource, batches, pad_rows
 from data.splits import cold_start_split, holdout_last, leave_one_out, validation_split
 from data.types import Histories, InteractionData
 from decoding import BeamResult, StaticConstraint, StaticIndex, beam_search
@@ -194,11 +194,9 @@ def recall_at_k(
 ) -> float:
     """Fraction of rows whose target SID is among the valid beams (last batch padded, trimmed)."""
     U = len(tokens)
-    n = -(-U // batch_size) * batch_size
-    tokens = np.concatenate([tokens, np.repeat(tokens[-1:], n - U, 0)])
-    targets = np.concatenate([target_sids, np.repeat(target_sids[-1:], n - U, 0)])
+    tokens, targets = pad_rows(tokens, batch_size), pad_rows(target_sids, batch_size)
     hits = []
-    for b in range(0, n, batch_size):
+    for b in range(0, len(tokens), batch_size):
         res = decode_fn(params, sharding.put_batch(tokens[b : b + batch_size], mesh))
         beams, valid = jax.device_get((res.tokens, res.valid))
         same = (beams == targets[b : b + batch_size, None, :]).all(-1)

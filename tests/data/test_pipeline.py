@@ -105,3 +105,14 @@ def test_orbax_checkpoint_of_the_iterator(tmp_path):
     resumed = iter(ds)
     mngr.restore(4, args=ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(resumed)))
     assert [b["user"].tolist() for b in _take(resumed, 3)] == expected
+
+
+def test_pad_rows_repeats_the_last_row():
+    from data.pipeline import pad_rows
+
+    x = np.arange(10).reshape(5, 2)
+    out = pad_rows(x, 4)
+    assert out.shape == (8, 2)
+    np.testing.assert_array_equal(out[:5], x)
+    assert (out[5:] == x[-1]).all()
+    assert pad_rows(x, 5) is not x and len(pad_rows(x, 5)) == 5
