@@ -34,10 +34,10 @@ def _data(n=48, e=8, seed=0):
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def _run(tmp_path, name, cfg=CFG, x=None, **kw):
+def _run(tmp_path, name, cfg=CFG, x=None, cats=None, **kw):
     x = _data() if x is None else x
     asins = [f"A{i}" for i in range(len(x))]
-    cats = [f"c{i % 3}" for i in range(len(x))]
+    cats = [f"c{i % 3}" for i in range(len(x))] if cats is None else cats
     return train.train_and_evaluate(
         cfg, x, tmp_path / name, asins=asins, leaf_categories=cats, progress=False, **kw
     )
@@ -54,8 +54,16 @@ def test_artifacts_and_unique_sids(tmp_path):
     saved = json.loads((tmp_path / "a" / "metrics.json").read_text())
     assert saved["collision_level_max"] == m["collision_level_max"] == sids[:, -1].max() + 1
     assert len(saved["levels"]) == 3 and np.isfinite(saved["reconstruction_loss"])
-    assert "semantic_level1" in saved
+    assert saved["semantic_level1"]["items_with_category"] == 48
     assert json.loads((tmp_path / "a" / "config.json").read_text())["codebook_size"] == 8
+
+
+@pytest.mark.slow
+def test_catalog_without_categories_skips_the_semantic_check(tmp_path):
+    # Sports' metadata has keywords only: no leaf category for any item.
+    m = _run(tmp_path, "nocat", cats=[""] * 48)
+    assert m["semantic_level1"] is None
+    assert len(np.unique(load_sids(tmp_path / "nocat")[0], axis=0)) == 48
 
 
 @pytest.mark.slow
