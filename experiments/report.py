@@ -34,7 +34,7 @@ def _pct(x) -> str:
 
 
 def cold_start_table(results: list[dict]) -> str:
-    """Markdown: one row per (fraction, method), ours beside the paper's Recall@1 (test split only)."""
+    """Markdown: one row per (fraction, method); the paper's Recall@1 beside test results."""
     lines = [
         "| cold start | method | Recall@1 % | paper Recall@1 % | Recall@5 % | Recall@10 % "
         "| NDCG@10 % | valid % | cold % | latency ms/user (median) |",
@@ -42,7 +42,7 @@ def cold_start_table(results: list[dict]) -> str:
     ]
     for res in sorted(results, key=lambda r: r["cold_start_fraction"]):
         p = res["cold_start_fraction"]
-        # The paper's numbers are test-split numbers: a validation result gets no paper column value.
+        # The paper's numbers are test numbers: none beside a validation result.
         test_split = res.get("split", "test") == "test"
         paper = PAPER_COLD_START.get(res["dataset"], {}).get(p, {}) if test_split else {}
         for method in METHODS:

@@ -54,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
     ds = load_prepared(common.prepared_dir(args.workdir))
     tok_dir = common.tokenizer_dir(args.workdir)
     sids, asins = rqvae.load_sids(tok_dir)
-    V = cfg.rqvae.codebook_size
-    check_sids_match(asins, ds.catalog.asins, tok_dir, sids=sids, codebook_size=V)
+    check_sids_match(
+        asins, ds.catalog.asins, tok_dir, sids=sids, codebook_size=cfg.rqvae.codebook_size
+    )
+    V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
     if args.split == "loo":
         data = loo_data(ds, sids, codebook_size=V, cfg=cfg.seqmodel)
         out = common.retriever_dir(args.workdir, "loo")

@@ -9,27 +9,29 @@ SIDS_FILE = "sids.npy"
 ASINS_FILE = "asins.txt"
 
 
-def add_collision_level(
-    codes: Int[np.ndarray, "N L"], *, vocab_size: int
-) -> Int[np.ndarray, "N L+1"]:
-    """Appends a level numbering items that share all L codes 0..c-1 in catalog order."""
+def add_collision_level(codes: Int[np.ndarray, "N L"]) -> Int[np.ndarray, "N L+1"]:
+    """Appends a level numbering items that share all L codes 0..c-1 in catalog order.
+
+    The collision level may count past the codebook size (catalogs with many near-identical
+    texts); `token_vocab_size` gives the per-level token block that holds every level.
+    """
     codes = np.asarray(codes)
     if codes.ndim != 2 or codes.shape[0] == 0:
         raise ValueError(f"codes: expected a non-empty [N, L] array, got shape {codes.shape}")
     _, inverse, counts = np.unique(codes, axis=0, return_inverse=True, return_counts=True)
     inverse = inverse.reshape(-1)
-    largest = int(counts.max())
-    if largest > vocab_size:
-        raise ValueError(
-            f"{largest} items share the same {codes.shape[1]} codes, more than the "
-            f"codebook_size={vocab_size} values the collision level can take; train longer or "
-            "raise rqvae.codebook_size / rqvae.num_levels"
-        )
     order = np.argsort(inverse, kind="stable")
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     rank = np.empty(len(codes), np.int64)
     rank[order] = np.arange(len(codes)) - starts[inverse[order]]
     return np.concatenate([codes, rank[:, None]], axis=1).astype(np.int32)
+
+
+def token_vocab_size(sids: Int[np.ndarray, "N M"], codebook_size: int) -> int:
+    """Values per SID level for the retriever: the codebook size, or more when the collision
+    level (the last column) counts past it."""
+    sids = np.asarray(sids)
+    return max(int(codebook_size), int(sids[:, -1].max()) + 1 if sids.size else 0)
 
 
 def dedup_last_level(

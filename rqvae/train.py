@@ -338,7 +338,7 @@ def train_and_evaluate(
     if cfg.dedup_last_level:
         last_cb = np.asarray(nnx.merge(graphdef, state.params).quantizer.levels[-1].codebook[...])
         codes = sids.dedup_last_level(nearest, enc["last_residual"], last_cb)
-    final = sids.add_collision_level(codes, vocab_size=cfg.codebook_size)
+    final = sids.add_collision_level(codes)
     sids.check_unique(final)
     metrics = {
         "num_items": int(len(embeddings)),

@@ -108,3 +108,19 @@ def test_train_retriever_leave_one_out_split(prepared_workdir, capsys):
     assert cli.main([*argv, "--no-progress", *FAST]) == 0
     summary = json.loads((prepared_workdir / "retriever_loo" / "train_summary.json").read_text())
     assert summary["steps"] == 4
+
+
+@pytest.mark.slow
+def test_collision_level_past_the_codebook_widens_the_retriever_vocabulary(prepared_workdir):
+    # Toys and Sports at 64 codes: more items share all three codes than the codebook has values.
+    _write_tokenizer(prepared_workdir)
+    sids = np.load(prepared_workdir / "tokenizer" / "sids.npy")
+    V = load_preset("tiny").rqvae.codebook_size
+    crowd = V + 5
+    sids[:crowd, :3] = 0
+    sids[:crowd, 3] = np.arange(crowd)
+    atomic.save_npy(prepared_workdir / "tokenizer" / "sids.npy", sids)
+    argv = ["train-retriever", "--workdir", str(prepared_workdir), "--split", "loo"]
+    assert cli.main([*argv, "--no-progress", *FAST, "--set", "seqmodel.max_steps=6"]) == 0
+    info = json.loads((prepared_workdir / "retriever_loo" / "retriever.json").read_text())
+    assert info["codebook_size"] == crowd

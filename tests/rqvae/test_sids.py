@@ -8,7 +8,7 @@ from rqvae import sids
 
 def test_collision_level_golden():
     codes = np.array([[1, 2], [0, 0], [1, 2], [1, 2], [0, 1]], np.int32)
-    out = sids.add_collision_level(codes, vocab_size=4)
+    out = sids.add_collision_level(codes)
     assert out.dtype == np.int32 and out.shape == (5, 3)
     np.testing.assert_array_equal(out[:, -1], [0, 0, 1, 2, 0])
     np.testing.assert_array_equal(out[:, :2], codes)
@@ -17,15 +17,18 @@ def test_collision_level_golden():
 
 def test_collision_level_random_rows_unique():
     codes = np.random.default_rng(0).integers(0, 3, size=(500, 3)).astype(np.int32)
-    out = sids.add_collision_level(codes, vocab_size=64)
+    out = sids.add_collision_level(codes)
     assert len(np.unique(out, axis=0)) == 500
     assert out[:, -1].max() < 64
 
 
-def test_collision_group_larger_than_vocab_is_an_error():
+def test_collision_group_larger_than_codebook_widens_the_token_block():
+    # 5 items share every code: the collision level counts to 4, past a codebook of 4 values.
     codes = np.zeros((5, 3), np.int32)
-    with pytest.raises(ValueError, match="5 items share"):
-        sids.add_collision_level(codes, vocab_size=4)
+    out = sids.add_collision_level(codes)
+    np.testing.assert_array_equal(out[:, -1], np.arange(5))
+    assert sids.token_vocab_size(out, codebook_size=4) == 5
+    assert sids.token_vocab_size(out, codebook_size=8) == 8
 
 
 def test_check_unique_rejects_duplicates():

@@ -160,6 +160,10 @@ def test_tokenizer_artifact_that_does_not_match_catalog_is_an_error():
     check_sids_match(catalog, np.array(catalog), "W/tokenizer")
     with pytest.raises(ValueError, match="sids.npy: codes reach 9, but .*codebook_size is 8"):
         check_sids_match(catalog, catalog, "W/tokenizer", sids=np.full((3, 2), 9), codebook_size=8)
+    # The collision level (last column) may count past the codebook size.
+    check_sids_match(
+        catalog, catalog, "W/tokenizer", sids=np.array([[1, 0], [1, 1], [1, 9]]), codebook_size=8
+    )
 
 
 def test_unknown_layout_and_bad_shapes_are_errors():
