@@ -113,10 +113,13 @@ def _same_pairs(groups: np.ndarray) -> int:
     return int((counts * (counts - 1) // 2).sum())
 
 
-def semantic_check(level1: Int[np.ndarray, " N"], categories: list[str], *, seed: int = 0) -> dict:
+def semantic_check(
+    level1: Int[np.ndarray, " N"], categories: list[str], *, seed: int = 0
+) -> dict | None:
     """How often two items with the same level-1 code share their leaf category, vs random codes.
 
-    Items without a category ("") are left out. `random_expected` is the exact expectation when
+    Items without a category ("") are left out; None when fewer than two have one (Sports'
+    keyword-only metadata has none). `random_expected` is the exact expectation when
     the same code sizes are assigned to items at random (= share of all item pairs with equal
     categories); `random_shuffled` is one seeded shuffle of the codes.
     """
@@ -125,7 +128,7 @@ def semantic_check(level1: Int[np.ndarray, " N"], categories: list[str], *, seed
     codes = np.asarray(level1)[keep]
     _, cat_ids = np.unique(cats[keep].astype(str), return_inverse=True)
     if len(codes) < 2:
-        raise ValueError("semantic check: fewer than two items with a leaf category")
+        return None
 
     def share(c: np.ndarray) -> float:
         pairs = _same_pairs(c)

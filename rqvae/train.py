@@ -360,13 +360,11 @@ def train_and_evaluate(
         "nearest_codes": sids.code_metrics(nearest, vocab_size=cfg.codebook_size),
         "collision_level_max": int(final[:, -1].max()) + 1,
     }
-    # Catalogs without categories (Sports' keyword-only text) get `null`, not a failed run.
-    if leaf_categories is not None and sum(c != "" for c in leaf_categories) >= 2:
-        metrics["semantic_level1"] = sids.semantic_check(
-            codes[:, 0], leaf_categories, seed=cfg.seed
-        )
-    else:
-        metrics["semantic_level1"] = None
+    metrics["semantic_level1"] = (
+        None
+        if leaf_categories is None
+        else sids.semantic_check(codes[:, 0], leaf_categories, seed=cfg.seed)
+    )
     atomic.write_text(out_dir / sids.ASINS_FILE, "".join(f"{a}\n" for a in asins))
     atomic.save_npy(out_dir / sids.SIDS_FILE, final)
     atomic.write_json(out_dir / "config.json", json_config(cfg))

@@ -60,18 +60,14 @@ def check_sids_match(
     codebook_size: int | None = None,
 ) -> None:
     """The tokenizer's item order must be the prepared catalog's, else SIDs name wrong items."""
-    # The code levels must fit the codebook; the last (collision) level may count past it.
-    codes = None if sids is None else np.asarray(sids)[:, :-1]
-    if (
-        codes is not None
-        and codebook_size is not None
-        and codes.size
-        and codes.max() >= codebook_size
-    ):
-        raise ValueError(
-            f"{tokenizer_dir}/sids.npy: codes reach {codes.max()}, but the config's "
-            f"rqvae.codebook_size is {codebook_size}; retrain the tokenizer with this config"
-        )
+    if sids is not None and codebook_size is not None:
+        # The code levels must fit the codebook; the last (collision) level may count past it.
+        codes = np.asarray(sids)[:, :-1]
+        if codes.size and codes.max() >= codebook_size:
+            raise ValueError(
+                f"{tokenizer_dir}/sids.npy: codes reach {codes.max()}, but the config's "
+                f"rqvae.codebook_size is {codebook_size}; retrain the tokenizer with this config"
+            )
     catalog = [str(a) for a in catalog_asins]
     if len(asins) != len(catalog):
         raise ValueError(

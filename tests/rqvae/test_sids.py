@@ -60,6 +60,8 @@ def test_semantic_check_golden():
 def test_semantic_check_skips_unknown_categories():
     m = sids.semantic_check(np.array([0, 0, 0]), ["a", "", "a"])
     assert m["items_with_category"] == 2 and m["same_code_same_category"] == 1.0
+    # Fewer than two items with a category: nothing to compare.
+    assert sids.semantic_check(np.array([0, 1]), ["", "a"]) is None
 
 
 def test_load_sids_round_trip_and_errors(tmp_path):
