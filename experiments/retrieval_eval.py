@@ -58,6 +58,18 @@ def _sample_users(num_users: int, eval_cfg) -> np.ndarray:
     return users
 
 
+def _test_inputs(model, sids: np.ndarray, split, eval_cfg, rdir: Path):
+    """(targets, token inputs) of the evaluated users; only those users' histories are encoded."""
+    space = model.space
+    L = space.num_levels
+    if sids.shape[1] != L:
+        raise ValueError(f"{rdir}: retriever expects {L} SID levels, tokenizer has {sids.shape[1]}")
+    users = _sample_users(len(split.test_targets), eval_cfg)
+    item_tokens = sid_tokens(sids, space.codebook_size)
+    inputs = encode_histories(item_tokens, split.test_histories, model.cfg.max_history, users)
+    return split.test_targets[users], inputs
+
+
 def evaluate_cold_start(
     cfg, workdir: Path, fraction: float, *, batch_size: int = 64, validation: bool = False
 ) -> dict:
@@ -74,13 +86,8 @@ def evaluate_cold_start(
     model = load_retriever(
         rdir, f"genret train-retriever --workdir {workdir} {split_arg}--cold-start {fraction:g}"
     )
-    scfg, space = model.cfg, model.space
-    V, L = space.codebook_size, space.num_levels
-    if sids.shape[1] != L:
-        raise ValueError(f"{rdir}: retriever expects {L} SID levels, tokenizer has {sids.shape[1]}")
-    users = _sample_users(len(split.test_targets), cfg.eval)
-    targets = split.test_targets[users]
-    inputs = encode_histories(sid_tokens(sids, V), split.test_histories, scfg.max_history)[users]
+    V, L = model.space.codebook_size, model.space.num_levels
+    targets, inputs = _test_inputs(model, sids, split, cfg.eval, rdir)
     K = cfg.eval.beam_size
     build_start = time.perf_counter()
     index = StaticIndex.build(
@@ -130,17 +137,15 @@ def evaluate_warm(cfg, workdir: Path, *, batch_size: int = 64) -> dict:
     split = leave_one_out(ds)
     rdir = common.retriever_dir(workdir, "loo")
     model = load_retriever(rdir, f"genret train-retriever --workdir {workdir} --split loo")
-    scfg, space = model.cfg, model.space
-    V, L = space.codebook_size, space.num_levels
-    users = _sample_users(len(split.test_targets), cfg.eval)
-    targets = split.test_targets[users]
-    inputs = encode_histories(sid_tokens(sids, V), split.test_histories, scfg.max_history)[users]
+    V, L = model.space.codebook_size, model.space.num_levels
+    targets, inputs = _test_inputs(model, sids, split, cfg.eval, rdir)
+    K = max(cfg.eval.beam_size, 10)  # Recall@10 needs at least 10 beams
     index = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.decode.dense_levels)
     decoded = evaluate.decode_interleaved(
         _decoders(
             model,
             {"unconstrained": Unconstrained(V, L), "static_all_items": StaticConstraint(index)},
-            max(cfg.eval.beam_size, 10),
+            K,
         ),
         inputs,
         metrics.SIDLookup(sids, V),
@@ -151,7 +156,7 @@ def evaluate_warm(cfg, workdir: Path, *, batch_size: int = 64) -> dict:
     result = {
         "dataset": cfg.data.dataset,
         "num_test_users": int(len(targets)),
-        "beam_size": max(cfg.eval.beam_size, 10),
+        "beam_size": K,
         "methods": {
             name: evaluate.method_metrics(d, targets, everything, allowed_key="item_rate")
             for name, d in decoded.items()

@@ -56,10 +56,14 @@ def encode_history(
 
 
 def encode_histories(
-    item_tokens: Int[np.ndarray, "N L"], h: Histories, max_history: int
+    item_tokens: Int[np.ndarray, "N L"],
+    h: Histories,
+    max_history: int,
+    users: Int[np.ndarray, " U"] | None = None,
 ) -> Int[np.ndarray, "U T"]:
-    """encode_history for every user of `h`."""
-    return np.stack([encode_history(item_tokens, h[u], max_history) for u in range(len(h))])
+    """encode_history for every user of `h`, or for `users` only, in that order."""
+    rows = range(len(h)) if users is None else users
+    return np.stack([encode_history(item_tokens, h[int(u)], max_history) for u in rows])
 
 
 def training_example(

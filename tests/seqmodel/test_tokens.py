@@ -8,6 +8,7 @@ from seqmodel.tokens import (
     PAD,
     TokenizeExample,
     WindowSource,
+    encode_histories,
     encode_history,
     sid_tokens,
     training_example,
@@ -48,6 +49,14 @@ def test_training_example_weights_cover_items_after_the_first():
     np.testing.assert_array_equal(targets[w > 0], tok[2])
     _, _, w = training_example(tok, np.array([0]), 4, "causal")
     assert w.sum() == 0
+
+
+def test_encode_histories_of_chosen_users_matches_rows_of_all():
+    tok = sid_tokens(SIDS, 8)
+    h = Histories.from_lists([[0], [1, 2], [3, 0, 1]])
+    every = encode_histories(tok, h, max_history=2)
+    chosen = encode_histories(tok, h, max_history=2, users=np.array([2, 0]))
+    np.testing.assert_array_equal(chosen, every[[2, 0]])
 
 
 def test_window_source_yields_every_prefix_with_a_target():
