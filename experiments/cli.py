@@ -15,6 +15,10 @@ COMMANDS = {
     "train-retriever": ("experiments.train_retriever", "train the decoder retriever on a split"),
     "eval-cold-start": ("experiments.eval_cold_start", "cold-start Recall@K, 3 methods"),
     "eval-warm": ("experiments.eval_warm", "leave-one-out Recall/NDCG@5/10 (the TIGER benchmark)"),
+    "diagnose": (
+        "experiments.diagnose",
+        "validation-only tuning diagnostics: per-level accuracy, ensembles, prior correction",
+    ),
     "pipeline": ("experiments.pipeline", "prepare, tokenizer, retrievers, evaluations and report"),
     "bench-constraints": ("experiments.bench_constraints", "latency/memory of constraint methods"),
     "bench-sweep": ("experiments.bench_sweep", "the paper's latency sweeps + plots"),

@@ -84,3 +84,31 @@ def test_validation_protocol_end_to_end(workdir):
     res = json.loads((workdir / "results" / "validation_cold_start_0.05.json").read_text())
     assert res["split"] == "validation"
     assert res["methods"]["static"]["cold_rate"] == 1.0
+
+
+@pytest.mark.slow
+def test_diagnose_agrees_with_the_validation_evaluation(workdir):
+    w = str(workdir)
+    rdir = workdir / "retriever_coldval_0.05"
+    if not (rdir / "train_summary.json").exists():
+        train = ["train-retriever", "--workdir", w, "--split", "cold-val", "--cold-start", "0.05"]
+        assert cli.main([*train, "--no-progress", *TRAIN_FAST]) == 0
+    val = ["eval-cold-start", "--workdir", w, "--cold-start", "0.05", "--validation"]
+    assert cli.main(val) == 0
+    static = json.loads((workdir / "results" / "validation_cold_start_0.05.json").read_text())
+    static = static["methods"]["static"]
+    argv = ["diagnose", "--workdir", w, "--cold-start", "0.05", "--prior-weights", "0,1"]
+    # The same retriever twice: averaging identical log-probs must change nothing.
+    assert cli.main([*argv, "--retriever", str(rdir), "--retriever", str(rdir)]) == 0
+    out = json.loads((workdir / "results" / "validation_diagnose_0.05.json").read_text())
+    single = out["retrievers"][str(rdir)]
+    for key in ("recall@1", "recall@5", "recall@10"):
+        assert single[key] == pytest.approx(static[key]), key
+        assert out["ensemble"][key] == pytest.approx(single[key]), key
+        assert out["prior_corrected"]["0.0"][key] == pytest.approx(single[key]), key
+    levels = out["levels"]
+    assert [r["level"] for r in levels] == [0, 1, 2, 3]
+    assert levels[0]["users_reaching"] == out["num_users"]
+    for a, b in zip(levels, levels[1:], strict=False):
+        assert b["users_reaching"] == round(a["users_reaching"] * a["accuracy_given_prefix"])
+    assert all(1.0 <= r["mean_allowed_codes"] <= out["num_cold_items"] for r in levels)

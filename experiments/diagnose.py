@@ -1,0 +1,186 @@
+"""Tuning diagnostics on the validation protocol only (it never reads a test target).
+
+For retrievers trained with `genret train-retriever --split cold-val`: STATIC Recall@K of each, of
+their ensemble (per-level log-probabilities averaged), and with a training-prior correction of the
+first two levels; and where the first retriever loses its Recall@1, level by level (teacher-forced:
+is the true code the best among the cold set's codes under the true prefix?). Writes
+WORKDIR/results/validation_diagnose_<p>.json.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from data import atomic
+from data.pipeline import pad_rows
+from data.splits import validation_split
+from decoding import StaticConstraint, StaticIndex
+from decoding.beam_search import beam_search
+from experiments import common, metrics
+from experiments.retrieval_eval import load_inputs, load_retriever
+from seqmodel.tokens import encode_histories, sid_tokens
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    common.add_workdir_arg(p)
+    p.add_argument("--cold-start", type=float, default=0.02, help="cold-start fraction p")
+    p.add_argument(
+        "--retriever",
+        action="append",
+        type=Path,
+        default=[],
+        help="a cold-val retriever directory (repeatable; same tokenizer); default: "
+        "WORKDIR/retriever_coldval_<p>",
+    )
+    p.add_argument(
+        "--prior-weights",
+        default="",
+        help="comma-separated weights a: also decode with a * log p_train(2-code prefix) "
+        "subtracted (first retriever only), e.g. 0.5,1",
+    )
+    p.add_argument("--beam-size", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=128)
+
+
+def ensemble_decoder(models, constraint, *, beam_size: int):
+    """A jitted `(tokens, adj0 [V], adj1 [V, V]) -> (beam SIDs, valid)` over averaged log-probs.
+
+    adj0 is added to level 0's scores, adj1[previous code] to level 1's (zeros: plain decoding).
+    """
+    num_levels = models[0].space.num_levels
+
+    def mean_log_probs(parts):
+        return jax.nn.log_softmax(sum(parts) / len(parts), axis=-1)
+
+    def run(tokens, adj0, adj1):
+        prefilled = [m.prefill(tokens) for m in models]
+        first = mean_log_probs([lp for lp, _ in prefilled]) + adj0[None, :]
+
+        def step(codes, level, caches):
+            outs = [m.step(codes, level, c) for m, c in zip(models, caches, strict=True)]
+            lp = mean_log_probs([o[0] for o in outs])
+            if level == 1:
+                lp = lp + adj1[codes]
+            return lp, tuple(o[1] for o in outs)
+
+        caches = tuple(c for _, c in prefilled)
+        res = beam_search(
+            step, first, caches, constraint, beam_size=beam_size, num_levels=num_levels
+        )
+        return res.tokens, res.valid
+
+    return jax.jit(run)
+
+
+def _recall(decoder, inputs, targets, lookup, adj, batch_size: int) -> dict:
+    padded = pad_rows(inputs, batch_size)
+    found = []
+    for b in range(0, len(padded), batch_size):
+        tokens, valid = decoder(jnp.asarray(padded[b : b + batch_size]), *adj)
+        found.append(np.where(np.asarray(valid), lookup(np.asarray(tokens)), -1))
+    items = np.concatenate(found)[: len(targets)]
+    return metrics.ranking_metrics(items, targets, ks=(1, 5, 10), ndcg_ks=(10,))
+
+
+def prefix_log_priors(train_items: np.ndarray, sids: np.ndarray, V: int):
+    """Add-one smoothed log p(c0) [V] and log p(c1 | c0) [V, V] over the training interactions."""
+    c0, c1 = sids[train_items, 0], sids[train_items, 1]
+    n0 = np.bincount(c0, minlength=V).astype(np.float64)
+    n01 = np.bincount(c0 * V + c1, minlength=V * V).reshape(V, V).astype(np.float64)
+    return np.log((n0 + 1) / (n0.sum() + V)), np.log((n01 + 1) / (n0[:, None] + V))
+
+
+def level_accuracy(model, inputs, target_sids, cold_sids, batch_size: int) -> list[dict]:
+    """Teacher-forced: per level, how often the true code scores best among the cold codes
+    allowed under the true prefix, given every earlier level was right."""
+    L = model.space.num_levels
+
+    @jax.jit
+    def all_levels(tokens, tsids):
+        lp, cache = model.prefill(tokens)
+        out = [lp]
+        for level in range(1, L):
+            lp, cache = model.step(tsids[:, level - 1 : level], level, _beams(cache))
+            cache = jax.tree.map(lambda a: a[:, 0], cache)
+            out.append(lp[:, 0])
+        return jnp.stack(out, 1)
+
+    padded, tpad = pad_rows(inputs, batch_size), pad_rows(target_sids, batch_size)
+    lp = np.concatenate(
+        [
+            np.asarray(
+                all_levels(jnp.asarray(padded[b : b + batch_size]), tpad[b : b + batch_size])
+            )
+            for b in range(0, len(padded), batch_size)
+        ]
+    )[: len(target_sids)]
+    still = np.ones(len(target_sids), bool)
+    rows = []
+    for level in range(L):
+        right, allowed = np.zeros(len(still), bool), np.zeros(len(still))
+        for u in np.nonzero(still)[0]:
+            under = (cold_sids[:, :level] == target_sids[u, :level]).all(1)
+            codes = np.unique(cold_sids[under, level])
+            allowed[u] = len(codes)
+            right[u] = codes[np.argmax(lp[u, level, codes])] == target_sids[u, level]
+        rows.append(
+            {
+                "level": level,
+                "users_reaching": int(still.sum()),
+                "accuracy_given_prefix": float(right[still].mean()),
+                "mean_allowed_codes": float(allowed[still].mean()),
+            }
+        )
+        still &= right
+    return rows
+
+
+def _beams(cache):
+    return jax.tree.map(lambda a: a[:, None], cache)
+
+
+def run(args: argparse.Namespace) -> int:
+    common.check_cold_start_fraction(args.cold_start)
+    workdir, p = args.workdir, args.cold_start
+    ds, sids = load_inputs(workdir)
+    split = validation_split(ds, p)
+    rdirs = args.retriever or [common.retriever_dir(workdir, f"coldval_{p:g}")]
+    command = f"genret train-retriever --workdir {workdir} --split cold-val --cold-start {p:g}"
+    models = [load_retriever(Path(r), command) for r in rdirs]
+    V, L = models[0].space.codebook_size, models[0].space.num_levels
+    for r, m in zip(rdirs, models, strict=True):
+        if (m.space.codebook_size, m.space.num_levels, m.cfg.max_history) != (
+            V,
+            L,
+            models[0].cfg.max_history,
+        ):
+            raise ValueError(f"--retriever {r}: its token space differs from {rdirs[0]}'s")
+    weights = [float(w) for w in args.prior_weights.split(",") if w.strip()]
+    inputs = encode_histories(sid_tokens(sids, V), split.test_histories, models[0].cfg.max_history)
+    targets, cold = split.test_targets, sids[split.cold_items]
+    constraint = StaticConstraint(StaticIndex.build(cold, vocab_size=V, dense_levels=2))
+    lookup = metrics.SIDLookup(sids, V)
+    plain = (jnp.zeros(V), jnp.zeros((V, V)))
+
+    def score(ms, adj=plain):
+        dec = ensemble_decoder(ms, constraint, beam_size=args.beam_size)
+        return _recall(dec, inputs, targets, lookup, adj, args.batch_size)
+
+    out = {"cold_start_fraction": p, "num_cold_items": len(cold), "num_users": len(targets)}
+    out["retrievers"] = {str(r): score([m]) for r, m in zip(rdirs, models, strict=True)}
+    if len(models) > 1:
+        out["ensemble"] = score(models)
+    if weights:
+        log_p0, log_p01 = prefix_log_priors(split.train.items, sids, V)
+        out["prior_corrected"] = {
+            str(a): score(models[:1], (jnp.asarray(-a * log_p0), jnp.asarray(-a * log_p01)))
+            for a in weights
+        }
+    out["levels"] = level_accuracy(models[0], inputs, sids[targets], cold, args.batch_size)
+    atomic.write_json(common.results_dir(workdir) / f"validation_diagnose_{p:g}.json", out)
+    print(json.dumps(out, indent=1))
+    return 0
