@@ -20,7 +20,7 @@ from data.pipeline import pad_rows
 from data.splits import validation_split
 from decoding import StaticConstraint, StaticIndex
 from decoding.beam_search import beam_search
-from experiments import common, metrics
+from experiments import common, evaluate, metrics
 from experiments.retrieval_eval import load_inputs, load_retriever
 from seqmodel.tokens import encode_histories, sid_tokens
 
@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def ensemble_decoder(models, constraint, *, beam_size: int):
-    """A jitted `(tokens, adj0 [V], adj1 [V, V]) -> (beam SIDs, valid)` over averaged log-probs.
+    """A jitted `(tokens, adj0 [V], adj1 [V, V]) -> (SIDs, scores, valid)` over averaged log-probs.
 
     adj0 is added to level 0's scores, adj1[previous code] to level 1's (zeros: plain decoding).
     """
@@ -71,19 +71,9 @@ def ensemble_decoder(models, constraint, *, beam_size: int):
         res = beam_search(
             step, first, caches, constraint, beam_size=beam_size, num_levels=num_levels
         )
-        return res.tokens, res.valid
+        return res.tokens, res.scores, res.valid
 
     return jax.jit(run)
-
-
-def _recall(decoder, inputs, targets, lookup, adj, batch_size: int) -> dict:
-    padded = pad_rows(inputs, batch_size)
-    found = []
-    for b in range(0, len(padded), batch_size):
-        tokens, valid = decoder(jnp.asarray(padded[b : b + batch_size]), *adj)
-        found.append(np.where(np.asarray(valid), lookup(np.asarray(tokens)), -1))
-    items = np.concatenate(found)[: len(targets)]
-    return metrics.ranking_metrics(items, targets, ks=(1, 5, 10), ndcg_ks=(10,))
 
 
 def prefix_log_priors(train_items: np.ndarray, sids: np.ndarray, V: int):
@@ -104,7 +94,8 @@ def level_accuracy(model, inputs, target_sids, cold_sids, batch_size: int) -> li
         lp, cache = model.prefill(tokens)
         out = [lp]
         for level in range(1, L):
-            lp, cache = model.step(tsids[:, level - 1 : level], level, _beams(cache))
+            one_beam = jax.tree.map(lambda a: a[:, None], cache)
+            lp, cache = model.step(tsids[:, level - 1 : level], level, one_beam)
             cache = jax.tree.map(lambda a: a[:, 0], cache)
             out.append(lp[:, 0])
         return jnp.stack(out, 1)
@@ -139,10 +130,6 @@ def level_accuracy(model, inputs, target_sids, cold_sids, batch_size: int) -> li
     return rows
 
 
-def _beams(cache):
-    return jax.tree.map(lambda a: a[:, None], cache)
-
-
 def run(args: argparse.Namespace) -> int:
     common.check_cold_start_fraction(args.cold_start)
     workdir, p = args.workdir, args.cold_start
@@ -151,24 +138,27 @@ def run(args: argparse.Namespace) -> int:
     rdirs = args.retriever or [common.retriever_dir(workdir, f"coldval_{p:g}")]
     command = f"genret train-retriever --workdir {workdir} --split cold-val --cold-start {p:g}"
     models = [load_retriever(Path(r), command) for r in rdirs]
-    V, L = models[0].space.codebook_size, models[0].space.num_levels
+    first = models[0]
     for r, m in zip(rdirs, models, strict=True):
-        if (m.space.codebook_size, m.space.num_levels, m.cfg.max_history) != (
-            V,
-            L,
-            models[0].cfg.max_history,
-        ):
+        if (m.space, m.cfg.max_history) != (first.space, first.cfg.max_history):
             raise ValueError(f"--retriever {r}: its token space differs from {rdirs[0]}'s")
+    V = first.space.codebook_size
     weights = [float(w) for w in args.prior_weights.split(",") if w.strip()]
-    inputs = encode_histories(sid_tokens(sids, V), split.test_histories, models[0].cfg.max_history)
+    inputs = encode_histories(sid_tokens(sids, V), split.test_histories, first.cfg.max_history)
     targets, cold = split.test_targets, sids[split.cold_items]
-    constraint = StaticConstraint(StaticIndex.build(cold, vocab_size=V, dense_levels=2))
+    constraint = StaticConstraint(StaticIndex.build(cold, vocab_size=V))
     lookup = metrics.SIDLookup(sids, V)
     plain = (jnp.zeros(V), jnp.zeros((V, V)))
 
     def score(ms, adj=plain):
         dec = ensemble_decoder(ms, constraint, beam_size=args.beam_size)
-        return _recall(dec, inputs, targets, lookup, adj, args.batch_size)
+        methods = {"static": lambda tokens: dec(jnp.asarray(tokens), *adj)}
+        decoded = evaluate.decode_interleaved(
+            methods, inputs, lookup, batch_size=args.batch_size, desc="diagnose"
+        )
+        return evaluate.method_metrics(
+            decoded["static"], targets, split.cold_mask, allowed_key="cold_rate"
+        )
 
     out = {"cold_start_fraction": p, "num_cold_items": len(cold), "num_users": len(targets)}
     out["retrievers"] = {str(r): score([m]) for r, m in zip(rdirs, models, strict=True)}
@@ -180,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
             str(a): score(models[:1], (jnp.asarray(-a * log_p0), jnp.asarray(-a * log_p01)))
             for a in weights
         }
-    out["levels"] = level_accuracy(models[0], inputs, sids[targets], cold, args.batch_size)
+    out["levels"] = level_accuracy(first, inputs, sids[targets], cold, args.batch_size)
     atomic.write_json(common.results_dir(workdir) / f"validation_diagnose_{p:g}.json", out)
     print(json.dumps(out, indent=1))
     return 0
