@@ -21,12 +21,12 @@ from data.splits import validation_split
 from decoding import StaticConstraint, StaticIndex
 from decoding.beam_search import beam_search
 from experiments import common, evaluate, metrics
-from experiments.retrieval_eval import load_inputs, load_retriever
-from seqmodel.tokens import encode_histories, sid_tokens
+from experiments.retrieval_eval import evaluated_inputs, load_inputs, load_retriever
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     common.add_workdir_arg(p)
+    common.add_config_args(p)
     p.add_argument("--cold-start", type=float, default=0.02, help="cold-start fraction p")
     p.add_argument(
         "--retriever",
@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="comma-separated weights a: also decode with a * log p_train(2-code prefix) "
         "subtracted (first retriever only), e.g. 0.5,1",
     )
-    p.add_argument("--beam-size", type=int, default=20)
+    p.add_argument("--beam-size", type=int, default=None, help="unset: the config's eval.beam_size")
     p.add_argument("--batch-size", type=int, default=128)
 
 
@@ -133,6 +133,8 @@ def level_accuracy(model, inputs, target_sids, cold_sids, batch_size: int) -> li
 def run(args: argparse.Namespace) -> int:
     common.check_cold_start_fraction(args.cold_start)
     workdir, p = args.workdir, args.cold_start
+    # The evaluation's settings (users sampled, beam, index layout), so the numbers are its numbers.
+    cfg = common.resolve_config(args, save=False)
     ds, sids = load_inputs(workdir)
     split = validation_split(ds, p)
     rdirs = args.retriever or [common.retriever_dir(workdir, f"coldval_{p:g}")]
@@ -144,14 +146,16 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--retriever {r}: its token space differs from {rdirs[0]}'s")
     V = first.space.codebook_size
     weights = [float(w) for w in args.prior_weights.split(",") if w.strip()]
-    inputs = encode_histories(sid_tokens(sids, V), split.test_histories, first.cfg.max_history)
-    targets, cold = split.test_targets, sids[split.cold_items]
-    constraint = StaticConstraint(StaticIndex.build(cold, vocab_size=V))
+    targets, inputs = evaluated_inputs(first, sids, split, cfg.eval, rdirs[0])
+    cold = sids[split.cold_items]
+    index = StaticIndex.build(cold, vocab_size=V, dense_levels=cfg.decode.dense_levels)
+    constraint = StaticConstraint(index)
+    beam_size = args.beam_size or cfg.eval.beam_size
     lookup = metrics.SIDLookup(sids, V)
     plain = (jnp.zeros(V), jnp.zeros((V, V)))
 
     def score(ms, adj=plain):
-        dec = ensemble_decoder(ms, constraint, beam_size=args.beam_size)
+        dec = ensemble_decoder(ms, constraint, beam_size=beam_size)
         methods = {"static": lambda tokens: dec(jnp.asarray(tokens), *adj)}
         decoded = evaluate.decode_interleaved(
             methods, inputs, lookup, batch_size=args.batch_size, desc="diagnose"

@@ -58,7 +58,7 @@ def _sample_users(num_users: int, eval_cfg) -> np.ndarray:
     return users
 
 
-def _test_inputs(model, sids: np.ndarray, split, eval_cfg, rdir: Path):
+def evaluated_inputs(model, sids: np.ndarray, split, eval_cfg, rdir: Path):
     """(targets, token inputs) of the evaluated users; only those users' histories are encoded."""
     space = model.space
     L = space.num_levels
@@ -87,7 +87,7 @@ def evaluate_cold_start(
         rdir, f"genret train-retriever --workdir {workdir} {split_arg}--cold-start {fraction:g}"
     )
     V, L = model.space.codebook_size, model.space.num_levels
-    targets, inputs = _test_inputs(model, sids, split, cfg.eval, rdir)
+    targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
     K = cfg.eval.beam_size
     build_start = time.perf_counter()
     index = StaticIndex.build(
@@ -138,7 +138,7 @@ def evaluate_warm(cfg, workdir: Path, *, batch_size: int = 64) -> dict:
     rdir = common.retriever_dir(workdir, "loo")
     model = load_retriever(rdir, f"genret train-retriever --workdir {workdir} --split loo")
     V, L = model.space.codebook_size, model.space.num_levels
-    targets, inputs = _test_inputs(model, sids, split, cfg.eval, rdir)
+    targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
     K = max(cfg.eval.beam_size, 10)  # Recall@10 needs at least 10 beams
     index = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.decode.dense_levels)
     decoded = evaluate.decode_interleaved(
