@@ -2,6 +2,7 @@
 
 from decoding.beam_search import BeamResult, beam_search
 from decoding.constraints import Candidates, Constraint, StaticConstraint, Unconstrained
+from decoding.scoring import LevelScoring, prefix_log_prior, prior_correction
 from decoding.static_index import Capacity, StaticIndex
 
 __all__ = [
@@ -9,8 +10,11 @@ __all__ = [
     "Candidates",
     "Capacity",
     "Constraint",
+    "LevelScoring",
     "StaticConstraint",
     "StaticIndex",
     "Unconstrained",
     "beam_search",
+    "prefix_log_prior",
+    "prior_correction",
 ]

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from decoding.constraints import Candidates, Constraint
+from decoding.scoring import LevelScoring
 
 StepFn = Callable[..., tuple[Float[Array, "B K V"], object]]
 _FMIN = float(jnp.finfo(jnp.float32).min)
@@ -38,6 +39,7 @@ def beam_search(
     beam_size: int,
     num_levels: int,
     unroll: bool = True,
+    scoring: LevelScoring | None = None,
 ) -> BeamResult:
     """Constrained beam search; traceable, so call it inside `jax.jit`.
 
@@ -45,6 +47,7 @@ def beam_search(
     level-1 and is called for level = 1..num_levels-1; cache leaves have leading axis B and are
     tiled to [B, K, ...] and reordered along axis 1 as beams are chosen. With `unroll=False`, the
     levels from `constraint.scan_start` on run in a `lax.fori_loop` (level is then traced).
+    Beams are ranked by the summed log-probs, or by `scoring`'s level scores when given.
     """
     _, V = initial_log_probs.shape
     K, L = beam_size, num_levels
@@ -55,6 +58,14 @@ def beam_search(
             f"constraint: built for V={constraint.vocab_size}, L={constraint.num_levels}, "
             f"but initial_log_probs has V={V} and num_levels={L}"
         )
+    if scoring is not None:
+        if (scoring.vocab_size, scoring.num_levels) != (V, L):
+            raise ValueError(
+                f"scoring: built for V={scoring.vocab_size}, L={scoring.num_levels}, "
+                f"but initial_log_probs has V={V} and num_levels={L}"
+            )
+        initial_log_probs = scoring.first(initial_log_probs)
+        step_fn = scoring.wrap(step_fn)
     carry = first_level(initial_log_probs, cache, constraint, beam_size=K, num_levels=L)
     body = functools.partial(next_level, step_fn, constraint, K)
     loop_from = L if unroll else max(constraint.scan_start, 1)

@@ -21,6 +21,11 @@ class EvalConfig:
     cold_start_fractions: tuple[float, ...] = (0.02, 0.05)
     beam_size: int = 20
     max_test_users: int = 0  # 0: all
+    # Cold-start beam scores (decoding.scoring.prior_correction), unconstrained and STATIC alike:
+    # subtract this multiple of the training log prior of the first two codes, and weight each
+    # level's log-prob (empty: 1 at every level). Plain STATIC is also reported when either is set.
+    cold_prior_weight: float = 0.0
+    cold_level_weights: tuple[float, ...] = ()
     warm: bool = True  # the pipeline also trains a leave-one-out retriever and runs eval-warm
     seed: int = 0
 

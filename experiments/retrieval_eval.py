@@ -10,7 +10,8 @@ import rqvae
 from data import atomic
 from data.prepared import load_prepared
 from data.splits import cold_start_split, leave_one_out, validation_split
-from decoding import StaticConstraint, StaticIndex, Unconstrained
+from data.types import Histories
+from decoding import StaticConstraint, StaticIndex, Unconstrained, prior_correction
 from experiments import common, evaluate, metrics
 from seqmodel import train as seqmodel_train
 from seqmodel.tokens import encode_histories, sid_tokens
@@ -41,12 +42,33 @@ def load_retriever(rdir: Path, command: str):
     return seqmodel_train.load_retriever(rdir)
 
 
-def _decoders(model, constraints: dict, beam_size: int) -> dict:
-    """One jitted decode per constraint; each index is moved to the device once, not per batch."""
-    return {
-        name: seqmodel_train.retrieval_fn(model, jax.device_put(c), beam_size=beam_size)
-        for name, c in constraints.items()
-    }
+def _decoders(model, constraints: dict, beam_size: int, scoring=None) -> dict:
+    """One jitted decode per constraint; each index is moved to the device once, not per batch.
+
+    A value may be a (constraint, scoring) pair, else it is decoded with `scoring`."""
+    out = {}
+    for name, c in constraints.items():
+        c, s = c if isinstance(c, tuple) else (c, scoring)
+        out[name] = seqmodel_train.retrieval_fn(
+            model, jax.device_put(c), beam_size=beam_size, scoring=s
+        )
+    return out
+
+
+def cold_scoring(eval_cfg, train: Histories, sids: np.ndarray, codebook_size: int):
+    """The cold-start beam scores of eval_cfg (prior counted over the training interactions), or
+    None for the plain joint log-probability."""
+    if eval_cfg.cold_prior_weight == 0 and all(w == 1 for w in eval_cfg.cold_level_weights):
+        return None
+    try:
+        return prior_correction(
+            sids[train.items],
+            codebook_size,
+            prior_weight=eval_cfg.cold_prior_weight,
+            level_weights=eval_cfg.cold_level_weights,
+        )
+    except ValueError as e:
+        raise ValueError(f"eval.cold_level_weights / eval.cold_prior_weight: {e}") from None
 
 
 def _sample_users(num_users: int, eval_cfg) -> np.ndarray:
@@ -94,9 +116,12 @@ def evaluate_cold_start(
         sids[split.cold_items], vocab_size=V, dense_levels=cfg.decode.dense_levels
     )
     build_seconds = time.perf_counter() - build_start
-    decoders = _decoders(
-        model, {"unconstrained": Unconstrained(V, L), "static": StaticConstraint(index)}, K
-    )
+    scoring = cold_scoring(cfg.eval, split.train, sids, V)
+    static = StaticConstraint(index)
+    constraints = {"unconstrained": Unconstrained(V, L), "static": static}
+    if scoring is not None:
+        constraints["static_plain"] = (static, None)
+    decoders = _decoders(model, constraints, K, scoring)
     decoded = evaluate.decode_interleaved(
         decoders,
         inputs,
@@ -107,7 +132,7 @@ def evaluate_cold_start(
     cold = split.cold_mask
     methods = {
         name: evaluate.method_metrics(decoded[name], targets, cold, allowed_key="cold_rate")
-        for name in ("unconstrained", "static")
+        for name in constraints
     }
     methods["random"] = evaluate.random_metrics(
         split.cold_items, targets, beam_size=K, seed=cfg.eval.seed
@@ -119,7 +144,15 @@ def evaluate_cold_start(
         "num_cold_items": int(len(split.cold_items)),
         "num_test_users": int(len(targets)),
         "beam_size": K,
-        "methods": {k: methods[k] for k in ("unconstrained", "random", "static")},
+        "methods": {
+            k: methods[k]
+            for k in ("unconstrained", "random", "static", "static_plain")
+            if k in methods
+        },
+        "scoring": {
+            "prior_weight": cfg.eval.cold_prior_weight,
+            "level_weights": list(cfg.eval.cold_level_weights) or [1.0] * L,
+        },
         "static_overhead_ratio_median": float(np.median(overhead)),
         "static_index_build_seconds": build_seconds,
         "static_index_bytes": int(index.nbytes()["total"]),

@@ -31,6 +31,10 @@ def build_stages(cfg, workdir: Path) -> list[stages.Stage]:
     ]
     seq = dataclasses.asdict(cfg.seqmodel)
     ev = (dataclasses.asdict(cfg.eval), dataclasses.asdict(cfg.decode))
+    # The leave-one-out evaluation does not read the cold-start scoring fields.
+    warm_eval = {
+        k: v for k, v in ev[0].items() if k not in ("cold_prior_weight", "cold_level_weights")
+    }
     results = common.results_dir(workdir)
     for p in cfg.eval.cold_start_fractions:
         rdir = common.retriever_dir(workdir, f"cold_{p:g}")
@@ -66,7 +70,7 @@ def build_stages(cfg, workdir: Path) -> list[stages.Stage]:
         out.append(
             stages.Stage(
                 "eval_warm",
-                ev,
+                (warm_eval, ev[1]),
                 (results / "warm.json",),
                 _command("eval-warm", "--workdir", W),
                 after=("retriever_loo",),

@@ -22,7 +22,7 @@ from data import atomic
 from data.pipeline import HistorySource, batches, pad_rows
 from data.splits import cold_start_split, holdout_last, leave_one_out, validation_split
 from data.types import Histories, InteractionData
-from decoding import BeamResult, StaticConstraint, StaticIndex, beam_search
+from decoding import BeamResult, LevelScoring, StaticConstraint, StaticIndex, beam_search
 from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import SeqModelConfig
@@ -177,7 +177,12 @@ def train_step(graphdef, tx, seed: int, state: TrainState, batch: dict) -> tuple
 
 
 def decode(
-    graphdef: nnx.GraphDef, params, tokens: Int[Array, "B T"], constraint, beam_size: int
+    graphdef: nnx.GraphDef,
+    params,
+    tokens: Int[Array, "B T"],
+    constraint,
+    beam_size: int,
+    scoring: LevelScoring | None = None,
 ) -> BeamResult:
     """Prefill + beam search over the model's step function (call inside jax.jit)."""
     model = nnx.merge(graphdef, params)
@@ -189,6 +194,7 @@ def decode(
         constraint,
         beam_size=beam_size,
         num_levels=model.space.num_levels,
+        scoring=scoring,
     )
 
 
@@ -462,13 +468,16 @@ def load_retriever(retriever_dir: Path | str) -> Decoder:
     return nnx.merge(graphdef, state.params)
 
 
-def retrieval_fn(model: Decoder, constraint, *, beam_size: int):
-    """A jitted `tokens [B, T] -> (beam SIDs [B, K, L], scores [B, K], valid [B, K])`."""
+def retrieval_fn(
+    model: Decoder, constraint, *, beam_size: int, scoring: LevelScoring | None = None
+):
+    """A jitted `tokens [B, T] -> (beam SIDs [B, K, L], scores [B, K], valid [B, K])`; beams are
+    ranked by `scoring` when given (decoding.scoring), else by their joint log-probability."""
     graphdef, params = nnx.split(model)
-    fn = jax.jit(lambda p, c, t: decode(graphdef, p, t, c, beam_size))
+    fn = jax.jit(lambda p, c, s, t: decode(graphdef, p, t, c, beam_size, s))
 
     def run(tokens):
-        result = fn(params, constraint, jnp.asarray(tokens))
+        result = fn(params, constraint, scoring, jnp.asarray(tokens))
         return result.tokens, result.scores, result.valid
 
     return run
