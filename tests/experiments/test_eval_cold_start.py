@@ -74,6 +74,37 @@ def test_eval_cold_start_end_to_end(workdir, capsys):
 
 
 @pytest.mark.slow
+def test_cold_start_scoring_reports_plain_static_beside(workdir, capsys):
+    w = str(workdir)
+    if not (workdir / "retriever_cold_0.05" / "train_summary.json").exists():
+        train = ["train-retriever", "--workdir", w, "--cold-start", "0.05", "--no-progress"]
+        assert cli.main([*train, *TRAIN_FAST]) == 0
+    argv = ["eval-cold-start", "--workdir", w, "--cold-start", "0.05"]
+    path = workdir / "results" / "cold_start_0.05.json"
+    plain_set = ["--set", "eval.cold_prior_weight=0", "--set", "eval.cold_level_weights="]
+    try:
+        assert cli.main([*argv, *plain_set]) == 0
+        plain = json.loads(path.read_text())
+        assert "static_plain" not in plain["methods"]
+        scored_set = ["--set", "eval.cold_prior_weight=0.5"]
+        scored_set += ["--set", "eval.cold_level_weights=1,1,0.25,0.25"]
+        assert cli.main([*argv, *scored_set]) == 0
+        scored = json.loads(path.read_text())
+        assert scored["scoring"] == {"prior_weight": 0.5, "level_weights": [1, 1, 0.25, 0.25]}
+        # Plain STATIC in the scored run is the plain run's STATIC, beam for beam.
+        for key in ("recall@1", "recall@5", "recall@10", "ndcg@10", "cold_rate"):
+            assert scored["methods"]["static_plain"][key] == plain["methods"]["static"][key]
+        assert scored["methods"]["static"]["cold_rate"] == 1.0
+        bad = ["--set", "eval.cold_prior_weight=0.5", "--set", "eval.cold_level_weights=1,1"]
+        capsys.readouterr()
+        assert cli.main([*argv, *bad]) == 1
+        err = capsys.readouterr().err
+        assert "eval.cold_level_weights" in err and "expected 4 values" in err
+    finally:  # later tests in this module expect the plain scores
+        assert cli.main([*argv, *plain_set]) == 0
+
+
+@pytest.mark.slow
 def test_validation_protocol_end_to_end(workdir):
     w = str(workdir)
     train = ["train-retriever", "--workdir", w, "--split", "cold-val", "--cold-start", "0.05"]
