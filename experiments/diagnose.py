@@ -18,7 +18,7 @@ import numpy as np
 from data import atomic
 from data.pipeline import pad_rows
 from data.splits import validation_split
-from decoding import StaticConstraint, StaticIndex
+from decoding import StaticConstraint, StaticIndex, prior_correction
 from decoding.beam_search import beam_search
 from experiments import common, evaluate, metrics
 from experiments.retrieval_eval import evaluated_inputs, load_inputs, load_retriever
@@ -47,41 +47,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def ensemble_decoder(models, constraint, *, beam_size: int):
-    """A jitted `(tokens, adj0 [V], adj1 [V, V]) -> (SIDs, scores, valid)` over averaged log-probs.
-
-    adj0 is added to level 0's scores, adj1[previous code] to level 1's (zeros: plain decoding).
-    """
+    """A jitted `(tokens, scoring) -> (SIDs, scores, valid)` over averaged per-level log-probs;
+    `scoring` is a decoding.LevelScoring, or None for the joint log-probability."""
     num_levels = models[0].space.num_levels
 
     def mean_log_probs(parts):
         return jax.nn.log_softmax(sum(parts) / len(parts), axis=-1)
 
-    def run(tokens, adj0, adj1):
+    def run(tokens, scoring):
         prefilled = [m.prefill(tokens) for m in models]
-        first = mean_log_probs([lp for lp, _ in prefilled]) + adj0[None, :]
+        first = mean_log_probs([lp for lp, _ in prefilled])
 
         def step(codes, level, caches):
             outs = [m.step(codes, level, c) for m, c in zip(models, caches, strict=True)]
-            lp = mean_log_probs([o[0] for o in outs])
-            if level == 1:
-                lp = lp + adj1[codes]
-            return lp, tuple(o[1] for o in outs)
+            return mean_log_probs([o[0] for o in outs]), tuple(o[1] for o in outs)
 
         caches = tuple(c for _, c in prefilled)
         res = beam_search(
-            step, first, caches, constraint, beam_size=beam_size, num_levels=num_levels
+            step,
+            first,
+            caches,
+            constraint,
+            beam_size=beam_size,
+            num_levels=num_levels,
+            scoring=scoring,
         )
         return res.tokens, res.scores, res.valid
 
     return jax.jit(run)
-
-
-def prefix_log_priors(train_items: np.ndarray, sids: np.ndarray, V: int):
-    """Add-one smoothed log p(c0) [V] and log p(c1 | c0) [V, V] over the training interactions."""
-    c0, c1 = sids[train_items, 0], sids[train_items, 1]
-    n0 = np.bincount(c0, minlength=V).astype(np.float64)
-    n01 = np.bincount(c0 * V + c1, minlength=V * V).reshape(V, V).astype(np.float64)
-    return np.log((n0 + 1) / (n0.sum() + V)), np.log((n01 + 1) / (n0[:, None] + V))
 
 
 def level_accuracy(model, inputs, target_sids, cold_sids, batch_size: int) -> list[dict]:
@@ -152,11 +145,10 @@ def run(args: argparse.Namespace) -> int:
     constraint = StaticConstraint(index)
     beam_size = args.beam_size or cfg.eval.beam_size
     lookup = metrics.SIDLookup(sids, V)
-    plain = (jnp.zeros(V), jnp.zeros((V, V)))
 
-    def score(ms, adj=plain):
+    def score(ms, scoring=None):
         dec = ensemble_decoder(ms, constraint, beam_size=beam_size)
-        methods = {"static": lambda tokens: dec(jnp.asarray(tokens), *adj)}
+        methods = {"static": lambda tokens: dec(jnp.asarray(tokens), scoring)}
         decoded = evaluate.decode_interleaved(
             methods, inputs, lookup, batch_size=args.batch_size, desc="diagnose"
         )
@@ -169,10 +161,9 @@ def run(args: argparse.Namespace) -> int:
     if len(models) > 1:
         out["ensemble"] = score(models)
     if weights:
-        log_p0, log_p01 = prefix_log_priors(split.train.items, sids, V)
+        events = sids[split.train.items]
         out["prior_corrected"] = {
-            str(a): score(models[:1], (jnp.asarray(-a * log_p0), jnp.asarray(-a * log_p01)))
-            for a in weights
+            str(a): score(models[:1], prior_correction(events, V, prior_weight=a)) for a in weights
         }
     out["levels"] = level_accuracy(first, inputs, sids[targets], cold, args.batch_size)
     atomic.write_json(common.results_dir(workdir) / f"validation_diagnose_{p:g}.json", out)

@@ -137,6 +137,15 @@ def test_diagnose_agrees_with_the_validation_evaluation(workdir):
         assert single[key] == pytest.approx(static[key]), key
         assert out["ensemble"][key] == pytest.approx(single[key]), key
         assert out["prior_corrected"]["0.0"][key] == pytest.approx(single[key]), key
+    # Its prior correction is the evaluation's (eval.cold_prior_weight), beam for beam.
+    try:
+        assert cli.main([*val, "--set", "eval.cold_prior_weight=1"]) == 0
+        path = workdir / "results" / "validation_cold_start_0.05.json"
+        corrected = json.loads(path.read_text())["methods"]["static"]
+        for key in ("recall@1", "recall@5", "recall@10"):
+            assert out["prior_corrected"]["1.0"][key] == pytest.approx(corrected[key]), key
+    finally:
+        assert cli.main([*val, "--set", "eval.cold_prior_weight=0"]) == 0
     levels = out["levels"]
     assert [r["level"] for r in levels] == [0, 1, 2, 3]
     assert levels[0]["users_reaching"] == out["num_users"]
