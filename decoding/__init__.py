@@ -1,4 +1,4 @@
-"""STATIC index, constraint interface and baselines, and one jit-compiled beam search."""
+"""STATIC index, constraint interface, baselines, beam scores and one jit-compiled beam search."""
 
 from decoding.beam_search import BeamResult, beam_search
 from decoding.constraints import Candidates, Constraint, StaticConstraint, Unconstrained
