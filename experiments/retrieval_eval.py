@@ -42,17 +42,15 @@ def load_retriever(rdir: Path, command: str):
     return seqmodel_train.load_retriever(rdir)
 
 
-def _decoders(model, constraints: dict, beam_size: int, scoring=None) -> dict:
-    """One jitted decode per constraint; each index is moved to the device once, not per batch.
-
-    A value may be a (constraint, scoring) pair, else it is decoded with `scoring`."""
-    out = {}
-    for name, c in constraints.items():
-        c, s = c if isinstance(c, tuple) else (c, scoring)
-        out[name] = seqmodel_train.retrieval_fn(
-            model, jax.device_put(c), beam_size=beam_size, scoring=s
+def _decoders(model, methods: dict, beam_size: int) -> dict:
+    """One jitted decode per `name: (constraint, scoring)`; each index is moved to the device once,
+    not per batch."""
+    return {
+        name: seqmodel_train.retrieval_fn(
+            model, jax.device_put(constraint), beam_size=beam_size, scoring=scoring
         )
-    return out
+        for name, (constraint, scoring) in methods.items()
+    }
 
 
 def cold_scoring(eval_cfg, train: Histories, sids: np.ndarray, codebook_size: int):
@@ -118,10 +116,10 @@ def evaluate_cold_start(
     build_seconds = time.perf_counter() - build_start
     scoring = cold_scoring(cfg.eval, split.train, sids, V)
     static = StaticConstraint(index)
-    constraints = {"unconstrained": Unconstrained(V, L), "static": static}
+    constraints = {"unconstrained": (Unconstrained(V, L), scoring), "static": (static, scoring)}
     if scoring is not None:
         constraints["static_plain"] = (static, None)
-    decoders = _decoders(model, constraints, K, scoring)
+    decoders = _decoders(model, constraints, K)
     decoded = evaluate.decode_interleaved(
         decoders,
         inputs,
@@ -177,7 +175,10 @@ def evaluate_warm(cfg, workdir: Path, *, batch_size: int = 64) -> dict:
     decoded = evaluate.decode_interleaved(
         _decoders(
             model,
-            {"unconstrained": Unconstrained(V, L), "static_all_items": StaticConstraint(index)},
+            {
+                "unconstrained": (Unconstrained(V, L), None),
+                "static_all_items": (StaticConstraint(index), None),
+            },
             K,
         ),
         inputs,

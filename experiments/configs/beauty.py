@@ -34,9 +34,9 @@ def get_config() -> Config:
     # and 2.95% vs 1.97% (seed 1). Fewer codes: more cold items share a prefix seen in training.
     rqvae = dataclasses.replace(cfg.rqvae, latent_dim=32, codebook_size=64)
     # Cold-start beam scores, chosen on the validation protocol over three retriever seeds
-    # (docs/RESULTS.md, "Scoring"): minus 0.5 x the training log prior of the first two codes, and
-    # weight 0.25 on the last two levels' log-probs. Validation STATIC Recall@1, seeds 0/1/2:
-    # 3.94/3.21/2.87% plain, 4.49/3.94/3.64% scored.
+    # (docs/RESULTS.md, "Session 4: cold-start beam scores"): minus 0.5 x the training log prior
+    # of the first two codes, and weight 0.25 on the last two levels' log-probs. Validation STATIC
+    # Recall@1, seeds 0/1/2: 3.94/3.21/2.87% plain, 4.49/3.94/3.64% scored.
     ev = dataclasses.replace(
         cfg.eval, cold_prior_weight=0.5, cold_level_weights=(1.0, 1.0, 0.25, 0.25)
     )
