@@ -53,17 +53,9 @@ def beam_search(
     K, L = beam_size, num_levels
     if K < 1 or L < 1:
         raise ValueError(f"beam_size and num_levels must be >= 1, got {K} and {L}")
-    if (constraint.vocab_size, constraint.num_levels) != (V, L):
-        raise ValueError(
-            f"constraint: built for V={constraint.vocab_size}, L={constraint.num_levels}, "
-            f"but initial_log_probs has V={V} and num_levels={L}"
-        )
+    _check_built_for("constraint", constraint, V, L)
     if scoring is not None:
-        if (scoring.vocab_size, scoring.num_levels) != (V, L):
-            raise ValueError(
-                f"scoring: built for V={scoring.vocab_size}, L={scoring.num_levels}, "
-                f"but initial_log_probs has V={V} and num_levels={L}"
-            )
+        _check_built_for("scoring", scoring, V, L)
         initial_log_probs = scoring.first(initial_log_probs)
         step_fn = scoring.wrap(step_fn)
     carry = first_level(initial_log_probs, cache, constraint, beam_size=K, num_levels=L)
@@ -75,6 +67,15 @@ def beam_search(
         carry = jax.lax.fori_loop(loop_from, L, body, carry)
     valid = carry.scores > -jnp.inf
     return BeamResult(jnp.where(valid[..., None], carry.history, 0), carry.scores, valid)
+
+
+def _check_built_for(name: str, part, V: int, L: int) -> None:
+    """`part` (a constraint or a scoring) must have the search's vocabulary and level count."""
+    if (part.vocab_size, part.num_levels) != (V, L):
+        raise ValueError(
+            f"{name}: built for V={part.vocab_size}, L={part.num_levels}, "
+            f"but initial_log_probs has V={V} and num_levels={L}"
+        )
 
 
 class Carry(NamedTuple):
