@@ -146,8 +146,13 @@ def run(args: argparse.Namespace) -> int:
     beam_size = args.beam_size or cfg.eval.beam_size
     lookup = metrics.SIDLookup(sids, V)
 
+    decoders = {}  # one jitted decoder per model set, reused across prior weights
+
     def score(ms, scoring=None):
-        dec = ensemble_decoder(ms, constraint, beam_size=beam_size)
+        key = tuple(map(id, ms))
+        if key not in decoders:
+            decoders[key] = ensemble_decoder(ms, constraint, beam_size=beam_size)
+        dec = decoders[key]
         methods = {"static": lambda tokens: dec(jnp.asarray(tokens), scoring)}
         decoded = evaluate.decode_interleaved(
             methods, inputs, lookup, batch_size=args.batch_size, desc="diagnose"
