@@ -1,6 +1,7 @@
 """Grain input pipelines over per-user records: random-access sources, padding, seeded batches."""
 
 import dataclasses
+from collections.abc import Iterator
 
 import grain
 import numpy as np
@@ -80,3 +81,20 @@ def pad_rows(x: np.ndarray, multiple: int) -> np.ndarray:
     """x with its last row repeated until len(x) is a multiple of `multiple` (one jit shape)."""
     n = -(-len(x) // multiple) * multiple
     return np.concatenate([x, np.repeat(x[-1:], n - len(x), axis=0)])
+
+
+def padded_batches(*arrays: np.ndarray, batch_size: int) -> Iterator[tuple[np.ndarray, ...]]:
+    """Fixed-size batches over the arrays' shared leading axis; the last is padded by repeating
+    its final row, so every batch has one compiled shape. Callers trim results to the true length.
+
+    With one array, yields arrays; with several, tuples of arrays.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    n = len(arrays[0])
+    if n == 0 or any(len(a) != n for a in arrays):
+        raise ValueError(f"padded_batches: expected non-empty arrays of one length, got {n}")
+    padded = [pad_rows(np.asarray(a), batch_size) for a in arrays]
+    for start in range(0, len(padded[0]), batch_size):
+        parts = tuple(a[start : start + batch_size] for a in padded)
+        yield parts if len(parts) > 1 else parts[0]

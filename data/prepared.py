@@ -9,26 +9,42 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import amazon, atomic, synthetic
-from data.config import DataConfig
+from data import amazon, atomic, interactions, synthetic
+from data.config import DataConfig, amazon_category
 from data.types import Catalog, Histories, InteractionData
 
 # Bump when the record layout or the reader's semantics change: old prepared folders are rebuilt.
 FORMAT_VERSION = 1
 BUILDER_NAME = "genret_interactions"
-_KEY_FILE = "prepared.json"
+KEY_FILE = "prepared.json"
 _read_cache: dict[tuple, InteractionData] = {}
 
 
-def _read(raw_dir: Path, five_core: bool, skip_bad_lines: bool, key: str) -> InteractionData:
+def _read(raw_dir: Path, cfg: DataConfig, key: str) -> InteractionData:
     """Reads the raw folder once per key: the users and items configs share one read."""
-    cache_key = (str(raw_dir), five_core, skip_bad_lines, key)
+    cache_key = (str(raw_dir), cfg, key)
     if cache_key not in _read_cache:
         _read_cache.clear()
-        _read_cache[cache_key] = amazon.read_raw_dir(
-            raw_dir, five_core=five_core, skip_bad_lines=skip_bad_lines
-        )
+        _read_cache[cache_key] = read_raw(cfg, raw_dir)
     return _read_cache[cache_key]
+
+
+def raw_files(cfg: DataConfig, raw_dir: Path) -> list[Path]:
+    """The files in raw_dir that cfg.dataset reads; they and cfg make the content key."""
+    amazon_category(cfg)  # raises where data.category does not fit data.dataset
+    if cfg.dataset == "interactions":
+        return [p for p in interactions.find_raw_files(raw_dir) if p is not None]
+    # A shortcut (beauty, ...) without data.category reads the folder's only category, as before.
+    return list(amazon.find_raw_files(raw_dir, cfg.category))
+
+
+def read_raw(cfg: DataConfig, raw_dir: Path) -> InteractionData:
+    """Reads the files of raw_files(cfg, raw_dir) into an InteractionData."""
+    amazon_category(cfg)
+    options = dict(five_core=cfg.five_core, skip_bad_lines=cfg.skip_bad_lines)
+    if cfg.dataset == "interactions":
+        return interactions.read_raw_dir(raw_dir, **options)
+    return amazon.read_raw_dir(raw_dir, category=cfg.category, **options)
 
 
 class GenretInteractions(tfds.core.GeneratorBasedBuilder):
@@ -40,7 +56,8 @@ class GenretInteractions(tfds.core.GeneratorBasedBuilder):
         tfds.core.BuilderConfig(name="items", description="one record per catalog item"),
     ]
     MANUAL_DOWNLOAD_INSTRUCTIONS = (
-        "The folder holding reviews_<Cat>_5.json[.gz], meta_<Cat>.json[.gz]."
+        "The folder holding reviews_<Cat>_5.json[.gz] and meta_<Cat>.json[.gz], or "
+        "interactions.csv and items.csv."
     )
 
     def __init__(self, *, read_options: dict | None = None, **kwargs):
@@ -90,12 +107,20 @@ class GenretInteractions(tfds.core.GeneratorBasedBuilder):
                 )
 
 
-def content_key(cfg: DataConfig, raw_files: list[Path]) -> str:
+def _config_dict(cfg: DataConfig) -> dict:
+    """asdict(cfg) without an empty category: configs from before that field keep their key."""
+    fields = dataclasses.asdict(cfg)
+    if not fields["category"]:
+        del fields["category"]
+    return fields
+
+
+def content_key(cfg: DataConfig, files: list[Path]) -> str:
     """sha256 over the raw files' names and bytes and the config fields that shape the data."""
     h = hashlib.sha256(f"genret-prepared-v{FORMAT_VERSION}\n".encode())
-    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("raw_dir", "seed")}
+    fields = {k: v for k, v in _config_dict(cfg).items() if k not in ("raw_dir", "seed")}
     h.update(json.dumps(fields, sort_keys=True).encode())
-    for path in sorted(raw_files, key=lambda p: p.name):
+    for path in sorted(files, key=lambda p: p.name):
         h.update(f"\n{path.name}\n".encode())
         with open(path, "rb") as f:
             while chunk := f.read(1 << 20):
@@ -118,7 +143,7 @@ def resolve_raw_dir(cfg: DataConfig, raw_dir: Path | None, out_dir: Path) -> Pat
 def is_prepared(out_dir: Path, key: str) -> bool:
     """Whether out_dir holds a complete prepared dataset with this content key."""
     try:
-        return json.loads((Path(out_dir) / _KEY_FILE).read_text())["key"] == key
+        return json.loads((Path(out_dir) / KEY_FILE).read_text())["key"] == key
     except (FileNotFoundError, json.JSONDecodeError, KeyError):
         return False
 
@@ -127,11 +152,11 @@ def prepare(cfg: DataConfig, raw_dir: Path | None, out_dir: Path) -> Path:
     """Writes the prepared dataset to out_dir unless one with the same content key is there."""
     out_dir = Path(out_dir)
     raw_dir = resolve_raw_dir(cfg, raw_dir, out_dir)
-    files = list(amazon.find_raw_files(raw_dir))
+    files = raw_files(cfg, raw_dir)
     key = content_key(cfg, files)
     if is_prepared(out_dir, key):
         return out_dir
-    options = dict(five_core=cfg.five_core, skip_bad_lines=cfg.skip_bad_lines, key=key)
+    options = dict(cfg=cfg, key=key)
     try:
         _write(out_dir, raw_dir, files, cfg, key, options)
     finally:
@@ -151,15 +176,15 @@ def _write(out_dir: Path, raw_dir: Path, files: list[Path], cfg: DataConfig, key
             builder.download_and_prepare(
                 download_config=tfds.download.DownloadConfig(manual_dir=os.fspath(raw_dir)),
             )
-        ds = _read(raw_dir, cfg.five_core, cfg.skip_bad_lines, key)
+        ds = _read(raw_dir, **options)
         atomic.write_json(tmp / "report.json", ds.report)
         atomic.write_json(
-            tmp / _KEY_FILE,
+            tmp / KEY_FILE,
             {
                 "key": key,
                 "name": ds.name,
                 "raw_files": [os.fspath(p) for p in files],
-                "config": dataclasses.asdict(cfg),
+                "config": _config_dict(cfg),
             },
         )
 
@@ -167,7 +192,7 @@ def _write(out_dir: Path, raw_dir: Path, files: list[Path], cfg: DataConfig, key
 def data_source(out_dir: Path, config: str = "users"):
     """The prepared records as a random-access tfds data source (usable by grain.MapDataset)."""
     out_dir = Path(out_dir)
-    if not (out_dir / _KEY_FILE).is_file():
+    if not (out_dir / KEY_FILE).is_file():
         raise FileNotFoundError(f"{out_dir}: no prepared dataset here; run `genret prepare` first")
     if config not in ("users", "items"):
         raise ValueError(f"config must be 'users' or 'items', got {config!r}")
@@ -185,7 +210,7 @@ def load_prepared(out_dir: Path) -> InteractionData:
     out_dir = Path(out_dir)
     users = sorted(_records(out_dir, "users"), key=lambda r: int(r["user"]))
     items = sorted(_records(out_dir, "items"), key=lambda r: int(r["item"]))
-    meta = json.loads((out_dir / _KEY_FILE).read_text())
+    meta = json.loads((out_dir / KEY_FILE).read_text())
     lengths = np.array([len(r["items"]) for r in users], np.int64)
     histories = Histories(
         items=np.concatenate([r["items"] for r in users]).astype(np.int32),

@@ -6,6 +6,7 @@ import math
 import numpy as np
 from jaxtyping import Bool, Int
 
+from data.errors import ArgumentError
 from data.types import Histories, InteractionData
 
 
@@ -34,14 +35,23 @@ class LeaveOneOutSplit:
     test_targets: np.ndarray  # int32 [M]
 
 
-def _check_fraction(fraction: float) -> None:
-    if not 0.0 < fraction < 1.0:
-        raise ValueError(f"cold-start fraction must be in (0, 1), got {fraction}")
+# STATIC's protocol holds out the newest p of items; past one half no "warm" majority is left to
+# learn from. Every command checks this one rule before any work starts.
+MAX_COLD_FRACTION = 0.5
+
+
+def check_fraction(fraction, arg: str = "--cold-start") -> float:
+    """The cold-start fraction p must lie in (0, 0.5]; returns it as a float."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float | np.floating):
+        raise ArgumentError(f"{arg}: expected a fraction in (0, 0.5], got {fraction!r}")
+    if not 0.0 < fraction <= MAX_COLD_FRACTION:
+        raise ArgumentError(f"{arg}: expected a fraction in (0, 0.5], got {fraction:g}")
+    return float(fraction)
 
 
 def cold_start_items(first_time: Int[np.ndarray, " N"], fraction: float) -> Bool[np.ndarray, " N"]:
     """The newest `fraction` of items by first review, items tied with the k-th newest included."""
-    _check_fraction(fraction)
+    check_fraction(fraction)
     first_time = np.asarray(first_time)
     if first_time.ndim != 1 or len(first_time) == 0:
         raise ValueError(f"first_time must be a non-empty 1-D array, got shape {first_time.shape}")

@@ -1,10 +1,17 @@
 """Tests of data/amazon.py on hand-written files in the real format."""
 
+import re
+
 import numpy as np
 import pytest
 
 from data import amazon
-from tests.data.conftest import make_raw_dir
+from tests.data.conftest import (
+    FIXTURES,
+    make_raw_dir,
+    make_two_category_dir,
+    write_truncated_gzip,
+)
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -81,18 +88,6 @@ def test_bad_field_types_are_errors(tmp_path):
         amazon.read_raw_dir(raw)
 
 
-def test_k_core_repeats_until_stable():
-    user = np.array([0, 0, 1, 1, 2, 2, 3, 3])
-    item = np.array([0, 1, 0, 1, 1, 9, 0, 9])
-    keep, rounds = amazon.k_core(user, item, k=2)
-    assert keep.all() and rounds == 1
-    keep, rounds = amazon.k_core(np.array([0, 0, 1, 1, 2]), np.array([0, 1, 0, 1, 1]), k=2)
-    assert keep.tolist() == [True, True, True, True, False] and rounds == 2
-    keep, rounds = amazon.k_core(np.array([0, 0, 1, 1, 1]), np.array([0, 1, 1, 2, 3]), k=2)
-    # Round 1 leaves item 1 only; then each user has one review left, so nothing survives.
-    assert not keep.any() and rounds >= 2
-
-
 def test_five_core_default_filters(tiny_raw):
     with pytest.raises(ValueError, match="no interactions left"):
         amazon.read_raw_dir(tiny_raw)
@@ -121,3 +116,53 @@ def test_json_looking_meta_line_with_python_values(tmp_path):
     (raw / "meta_Tiny.json").write_text('{"asin": "A", "title": "Alpha", "price": None}\n')
     ds = amazon.read_raw_dir(raw, five_core=False)
     assert ds.catalog.texts[0] == "Alpha" and ds.report["items_without_meta"] == 3
+
+
+def test_category_picks_its_files_in_a_shared_folder(tmp_path):
+    both = make_two_category_dir(tmp_path)
+    reviews, meta = amazon.find_raw_files(both, "Tiny")
+    assert (reviews.name, meta.name) == ("reviews_Tiny_5.json.gz", "meta_Tiny.json.gz")
+    reviews, meta = amazon.find_raw_files(both, "Bad")
+    assert (reviews.name, meta.name) == ("reviews_Bad_5.json", "meta_Bad.json")
+    ds = amazon.read_raw_dir(both, category="Tiny", five_core=False)
+    want = amazon.read_raw_dir(make_raw_dir(tmp_path, "Tiny"), five_core=False)
+    assert ds.name == "Tiny" and ds.catalog.texts == want.catalog.texts
+    assert np.array_equal(ds.histories.items, want.histories.items)
+    with pytest.raises(FileNotFoundError, match="found 2; set data.category"):
+        amazon.find_raw_files(both)
+
+
+def test_missing_category_files_are_a_one_line_error(tmp_path):
+    both = make_two_category_dir(tmp_path)
+    with pytest.raises(FileNotFoundError) as e:
+        amazon.find_raw_files(both, "Cell_Phones_and_Accessories")
+    msg = str(e.value)
+    assert len(msg.splitlines()) == 1 and str(both) in msg
+    assert "reviews_Cell_Phones_and_Accessories_5.json[.gz]" in msg
+    assert "meta_Cell_Phones_and_Accessories.json[.gz]" in msg
+    assert "categories here: Bad, Tiny" in msg
+    (both / "meta_Tiny.json.gz").unlink()
+    with pytest.raises(FileNotFoundError, match=r"missing meta_Tiny\.json\[\.gz\] \("):
+        amazon.find_raw_files(both, "Tiny")
+    (both / "meta_Bad.json.gz").write_bytes(b"")
+    with pytest.raises(ValueError, match="both meta_Bad.json and meta_Bad.json.gz"):
+        amazon.find_raw_files(both, "Bad")
+    with pytest.raises(ValueError, match="expected a name like Beauty"):
+        amazon.find_raw_files(both, "../Tiny")
+
+
+@pytest.mark.parametrize("kind", ["reviews", "meta"])
+def test_truncated_gzip_names_the_file(tmp_path, kind):
+    raw = make_raw_dir(tmp_path, "Tiny", gz=True)
+    name = "reviews_Tiny_5.json.gz" if kind == "reviews" else "meta_Tiny.json.gz"
+    write_truncated_gzip(raw / name, (FIXTURES / f"Tiny.{kind}.txt").read_text())
+    with pytest.raises(ValueError, match=re.escape(name) + r": cannot read past line \d+"):
+        amazon.read_raw_dir(raw, five_core=False)
+
+
+def test_non_utf8_file_names_the_file(tmp_path):
+    raw = make_raw_dir(tmp_path, "Tiny")
+    with open(raw / "meta_Tiny.json", "ab") as f:
+        f.write("{'asin': 'D', 'title': 'caf\xe9'}\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"meta_Tiny\.json: cannot read past line \d+: not UTF-8"):
+        amazon.read_raw_dir(raw, five_core=False)

@@ -74,7 +74,8 @@ def test_batch_size_errors():
 
 
 def test_tfds_source_feeds_the_same_pipeline(tiny_raw, tmp_path):
-    out = prepared.prepare(DataConfig(dataset="tiny", five_core=False), tiny_raw, tmp_path / "p")
+    cfg = DataConfig(dataset="amazon2014", five_core=False)
+    out = prepared.prepare(cfg, tiny_raw, tmp_path / "p")
     src = prepared.data_source(out, "users")
     batch = next(
         iter(

@@ -1,12 +1,22 @@
 """Tests of data/prepared.py: TFDS array_record round trip, content-keyed reuse, atomic failure."""
 
+import dataclasses
+import hashlib
+import json
+
 import numpy as np
 import pytest
 
-from data import amazon, prepared
-from data.config import DataConfig
+from data import amazon, interactions, prepared
+from data.config import DataConfig, SyntheticConfig
+from tests.data.conftest import (
+    INTERACTIONS,
+    ITEMS,
+    make_interactions_dir,
+    make_two_category_dir,
+)
 
-CFG = DataConfig(dataset="tiny", five_core=False)
+CFG = DataConfig(dataset="amazon2014", five_core=False)
 
 
 def test_round_trip_matches_reader(tiny_raw, tmp_path):
@@ -38,7 +48,7 @@ def test_reused_until_raw_content_or_config_changes(tiny_raw, tmp_path):
     assert len(prepared.load_prepared(out).user_ids) == 4
     key = (out / "prepared.json").read_text()
     prepared.prepare(
-        DataConfig(dataset="tiny", five_core=False, skip_bad_lines=True), tiny_raw, out
+        DataConfig(dataset="amazon2014", five_core=False, skip_bad_lines=True), tiny_raw, out
     )
     assert (out / "prepared.json").read_text() != key
 
@@ -61,3 +71,96 @@ def test_load_missing_is_a_clear_error(tmp_path):
 def test_real_dataset_needs_a_raw_dir(tmp_path):
     with pytest.raises(ValueError, match="--raw-dir"):
         prepared.prepare(DataConfig(dataset="beauty"), None, tmp_path / "prepared")
+
+
+# Keys computed before DataConfig had a category field (commit 0b378ee) on the Tiny fixture:
+# the field at its default must not change them, or every prepared folder would be rebuilt.
+KEYS_BEFORE_CATEGORY = {
+    "beauty": "f0760660dc8cc562cead350ce2fc7170a685989d3e058cf3704a833b1b5a9204",
+    "toys_nofive_skip": "f136f5104db69f4b6d508005cd5350f602b7ea8a026c60d3e734f5a922ca3c6c",
+    "synthetic": "fde60acb70e47c6a321113d92249de9baa5ee930960c05ad6826d223cbfd06c3",
+    "sports_small": "806805c58cfad05c02cf27fbd6197ca857c01fcc1245b74763618f287015e237",
+}
+CONFIGS = {
+    "beauty": DataConfig(dataset="beauty"),
+    "toys_nofive_skip": DataConfig(dataset="toys", five_core=False, skip_bad_lines=True),
+    "synthetic": DataConfig(),
+    "sports_small": DataConfig(
+        dataset="sports", synthetic=SyntheticConfig(num_items=50), seed=3, raw_dir="x"
+    ),
+}
+
+
+def _key_without_category(cfg: DataConfig, files) -> str:
+    """content_key as written before the category field: the same hash over the older fields."""
+    h = hashlib.sha256(f"genret-prepared-v{prepared.FORMAT_VERSION}\n".encode())
+    old = {
+        k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("category", "raw_dir", "seed")
+    }
+    h.update(json.dumps(old, sort_keys=True).encode())
+    for path in sorted(files, key=lambda p: p.name):
+        h.update(f"\n{path.name}\n".encode() + path.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_content_key_unchanged_by_the_category_field(tiny_raw, name):
+    files = list(amazon.find_raw_files(tiny_raw))
+    key = prepared.content_key(CONFIGS[name], files)
+    assert key == KEYS_BEFORE_CATEGORY[name], "an empty category must stay out of the key"
+    assert key == _key_without_category(CONFIGS[name], files)
+
+
+def test_category_enters_key_and_record_only_when_set(tiny_raw, tmp_path):
+    prepared.prepare(CFG, tiny_raw, tmp_path / "a")
+    assert "category" not in json.loads((tmp_path / "a" / "prepared.json").read_text())["config"]
+    named = dataclasses.replace(CFG, category="Tiny")
+    prepared.prepare(named, tiny_raw, tmp_path / "b")
+    record = json.loads((tmp_path / "b" / "prepared.json").read_text())
+    assert record["config"]["category"] == "Tiny"
+    assert record["key"] != json.loads((tmp_path / "a" / "prepared.json").read_text())["key"]
+
+
+@pytest.mark.real_data
+def test_real_content_keys_unchanged(amazon_root):
+    want = {
+        "beauty": ("Beauty", "57f97484dfe720f3cfb95d3c05fc30deb8b80029097f0367bf6b3d16fc471fd0"),
+        "sports": (
+            "Sports_and_Outdoors",
+            "f83c99d3d4663b9a6af341660b3736bcbebd2ff55d2bd11d25ef941d8d3fe5a3",
+        ),
+        "toys": (
+            "Toys_and_Games",
+            "5a685a8c19c54645ba37262a566da5a493ed9be0b1483bd43b726fb783bafb60",
+        ),
+    }
+    for dataset, (folder, key) in want.items():
+        cfg = DataConfig(dataset=dataset)
+        assert prepared.content_key(cfg, prepared.raw_files(cfg, amazon_root / folder)) == key
+
+
+def test_amazon2014_category_in_a_shared_folder(tmp_path):
+    both = make_two_category_dir(tmp_path)
+    cfg = DataConfig(dataset="amazon2014", category="Tiny", five_core=False)
+    got = prepared.load_prepared(prepared.prepare(cfg, both, tmp_path / "prepared"))
+    assert got.name == "Tiny" and got.catalog.asins.tolist() == ["A", "B", "C", "D"]
+    with pytest.raises(FileNotFoundError, match=r"meta_Toys\.json\[\.gz\]"):
+        prepared.prepare(dataclasses.replace(cfg, category="Toys"), both, tmp_path / "p2")
+    with pytest.raises(ValueError, match="contradicts"):
+        prepared.prepare(DataConfig(dataset="toys", category="Tiny"), both, tmp_path / "p3")
+
+
+def test_interactions_dataset_round_trip(tmp_path):
+    raw = make_interactions_dir(tmp_path, {"interactions.csv": INTERACTIONS})
+    cfg = DataConfig(dataset="interactions", five_core=False)
+    out = prepared.prepare(cfg, raw, tmp_path / "prepared")
+    key = json.loads((out / "prepared.json").read_text())["key"]
+    (raw / "items.csv").write_text(ITEMS)
+    got = prepared.load_prepared(prepared.prepare(cfg, raw, out))
+    want = interactions.read_raw_dir(raw, five_core=False)
+    assert json.loads((out / "prepared.json").read_text())["key"] != key
+    assert got.name == "shop" and got.catalog.texts == want.catalog.texts
+    assert np.array_equal(got.histories.items, want.histories.items)
+    assert got.report == want.report
+    with pytest.raises(ValueError, match="applies to dataset amazon2014"):
+        prepared.prepare(dataclasses.replace(cfg, category="Beauty"), raw, tmp_path / "p2")

@@ -1,0 +1,67 @@
+"""What a retriever trains and validates on, assembled from a split: training histories, a
+validation holdout of items never trained on, and the items a validation beam may return."""
+
+import dataclasses
+
+import numpy as np
+
+from data.splits import cold_start_split, holdout_last, leave_one_out, validation_split
+from data.types import Histories, InteractionData
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrieverData:
+    """Item SIDs, training histories and a validation holdout."""
+
+    sids: np.ndarray  # int32 [N, L+1]
+    codebook_size: int  # V
+    train: Histories
+    valid_histories: Histories
+    valid_targets: np.ndarray  # int32 [M]
+    allowed: np.ndarray  # bool [N]: items a validation beam may return (the non-cold ones)
+
+
+def cold_start_examples(
+    ds: InteractionData,
+    sids: np.ndarray,
+    *,
+    codebook_size: int,
+    fraction: float,
+    eval_users: int,
+    seed: int,
+    validation: bool = False,
+) -> RetrieverData:
+    """Training histories without any cold-start item, minus a seeded holdout of `eval_users`
+    users' last items.
+
+    validation=True trains for the tuning protocol (data.splits.validation_split): the real cold
+    items are gone and the newest remaining items play the cold set.
+    """
+    split = (validation_split if validation else cold_start_split)(ds, fraction)
+    train, valid_h, valid_t = holdout_last(split.train, max_users=eval_users, seed=seed)
+    return RetrieverData(
+        sids=np.asarray(sids, np.int32),
+        codebook_size=codebook_size,
+        train=train,
+        valid_histories=valid_h,
+        valid_targets=valid_t,
+        allowed=~split.cold_mask,
+    )
+
+
+def loo_examples(
+    ds: InteractionData, sids: np.ndarray, *, codebook_size: int, eval_users: int, seed: int
+) -> RetrieverData:
+    """Leave-one-out (TIGER): train on all but the last two items; validate on a seeded sample of
+    `eval_users` second-to-last items (never a test target); every item allowed."""
+    split = leave_one_out(ds)
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.permutation(len(split.valid_targets))[:eval_users])
+    return RetrieverData(
+        sids=np.asarray(sids, np.int32),
+        codebook_size=codebook_size,
+        train=split.train,
+        valid_histories=Histories.from_lists([split.valid_histories[int(i)] for i in rows]),
+        valid_targets=split.valid_targets[rows].astype(np.int32),
+        allowed=np.ones(len(sids), bool),
+    )
