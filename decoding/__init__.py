@@ -1,7 +1,9 @@
 """STATIC index, constraint interface, baselines, beam scores and one jit-compiled beam search."""
 
+from decoding.baselines import CpuTrie, HashBitmap, PPVApprox, PPVExact
 from decoding.beam_search import BeamResult, beam_search
-from decoding.constraints import Candidates, Constraint, StaticConstraint, Unconstrained
+from decoding.constraints import Candidates, Constraint, StaticConstraint, Unconstrained, contains
+from decoding.decoder import make_decoder
 from decoding.scoring import LevelScoring, prefix_log_prior, prior_correction
 from decoding.static_index import Capacity, StaticIndex
 
@@ -10,11 +12,17 @@ __all__ = [
     "Candidates",
     "Capacity",
     "Constraint",
+    "CpuTrie",
+    "HashBitmap",
     "LevelScoring",
+    "PPVApprox",
+    "PPVExact",
     "StaticConstraint",
     "StaticIndex",
     "Unconstrained",
     "beam_search",
+    "contains",
+    "make_decoder",
     "prefix_log_prior",
     "prior_correction",
 ]

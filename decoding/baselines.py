@@ -3,15 +3,16 @@
 import dataclasses
 import itertools
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int, UInt32
 
 from decoding.constraints import Candidates, Constraint, Level, _all_tokens
-from decoding.static_index import _check_sids, _sorted_unique_columns, bucket
+from decoding.static_index import ArrayInput, _check_sids, _sorted_unique_columns, bucket
 
 
 class _HostTrie:
@@ -53,25 +54,29 @@ class CpuTrie(Constraint):
     the host trie lives as long as the CpuTrie built with it.
     """
 
-    def __init__(self, vocab_size: int, num_levels: int, trie_id, trie: _HostTrie | None = None):
+    def __init__(
+        self, vocab_size: int, num_levels: int, trie_id: Any, trie: _HostTrie | None = None
+    ) -> None:
         self.vocab_size, self.num_levels, self.trie_id = vocab_size, num_levels, trie_id
         self.trie = trie
 
     @classmethod
-    def build(cls, sids, *, vocab_size: int) -> "CpuTrie":
+    def build(cls, sids: ArrayInput, *, vocab_size: int) -> "CpuTrie":
         sids = _check_sids(sids, vocab_size)
         trie, tid = _HostTrie(sids), next(_TRIE_IDS)
         _LIVE_TRIES[tid] = trie
         return cls(vocab_size, sids.shape[1], np.asarray(tid, np.int32), trie)
 
-    def tree_flatten(self):
+    def tree_flatten(self) -> tuple[tuple[Any], tuple[int, int]]:
         return (self.trie_id,), (self.vocab_size, self.num_levels)
 
     @classmethod
-    def tree_unflatten(cls, aux, children):
+    def tree_unflatten(cls, aux: tuple[int, int], children: Iterable[Any]) -> "CpuTrie":
         return cls(*aux, *children)
 
-    def candidates(self, level: Level, state, log_probs: Float[Array, "B K V"]) -> Candidates:
+    def candidates(
+        self, level: Level, state: Int[Array, "B K"], log_probs: Float[Array, "B K V"]
+    ) -> Candidates:
         spec = jax.ShapeDtypeStruct(log_probs.shape, jnp.int32)
         V = self.vocab_size
         child = jax.pure_callback(
@@ -103,7 +108,7 @@ class PPVExact(Constraint):
 
     @classmethod
     def build(
-        cls, sids, *, vocab_size: int, top_k: int = 0, capacity: int | None = None
+        cls, sids: ArrayInput, *, vocab_size: int, top_k: int = 0, capacity: int | None = None
     ) -> "PPVExact":
         """Sorts and deduplicates; pads to `capacity` rows (default: bucket(N)) for reuse."""
         sids = _check_sids(sids, vocab_size)
@@ -116,11 +121,16 @@ class PPVExact(Constraint):
         padded[:M] = rows
         return cls(padded, np.asarray(M, np.int32), vocab_size, top_k)
 
-    def init_state(self, batch_size: int):
+    def init_state(self, batch_size: int) -> tuple[Int[Array, " B"], Int[Array, " B"]]:
         hi = jnp.broadcast_to(jnp.asarray(self.num_rows, jnp.int32), (batch_size,))
         return (jnp.zeros((batch_size,), jnp.int32), hi)
 
-    def candidates(self, level: Level, state, log_probs: Float[Array, "B K V"]) -> Candidates:
+    def candidates(
+        self,
+        level: Level,
+        state: tuple[Int[Array, "B K"], Int[Array, "B K"]],
+        log_probs: Float[Array, "B K V"],
+    ) -> Candidates:
         lo, hi = state
         if self.top_k:
             lp, tok = jax.lax.top_k(log_probs, min(self.top_k, self.vocab_size))
@@ -142,7 +152,7 @@ jax.tree_util.register_dataclass(
 )
 
 
-def PPVApprox(sids, *, vocab_size: int, top_k: int = 50) -> PPVExact:  # noqa: N802
+def PPVApprox(sids: ArrayInput, *, vocab_size: int, top_k: int = 50) -> PPVExact:  # noqa: N802
     """PPV approximate: only each beam's top-k tokens are verified (k default 50)."""
     return PPVExact.build(sids, vocab_size=vocab_size, top_k=top_k)
 
@@ -193,7 +203,7 @@ class HashBitmap(Constraint):
     log2_bits: int
 
     @classmethod
-    def build(cls, sids, *, vocab_size: int, bits_per_prefix: int = 16) -> "HashBitmap":
+    def build(cls, sids: ArrayInput, *, vocab_size: int, bits_per_prefix: int = 16) -> "HashBitmap":
         sids = _check_sids(sids, vocab_size)
         N, L = sids.shape
         log2_bits = max(5, int(np.ceil(np.log2(N * L * bits_per_prefix))))
@@ -210,10 +220,12 @@ class HashBitmap(Constraint):
                 words[word[first]] |= np.bitwise_or.reduceat(bits, first)
         return cls(words, vocab_size, L, log2_bits)
 
-    def init_state(self, batch_size: int):
+    def init_state(self, batch_size: int) -> UInt32[Array, " B"]:
         return jnp.zeros((batch_size,), jnp.uint32)
 
-    def candidates(self, level: Level, state, log_probs: Float[Array, "B K V"]) -> Candidates:
+    def candidates(
+        self, level: Level, state: UInt32[Array, "B K"], log_probs: Float[Array, "B K V"]
+    ) -> Candidates:
         out = _all_tokens(log_probs)
         h = _extend(state[..., None], out.tokens)
         pos = h & jnp.uint32((1 << self.log2_bits) - 1)

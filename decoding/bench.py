@@ -2,12 +2,9 @@
 
 import dataclasses
 import functools
-import json
-import os
 import resource
-import tempfile
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -140,7 +137,7 @@ def _stats(ms: list[float]) -> dict[str, float]:
     return {"median_ms": float(np.median(ms)), "p90_ms": float(np.percentile(ms, 90))}
 
 
-def run_bench(cfg: BenchConfig, progress=None) -> dict:
+def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -> dict:
     """Builds every method, then times steps and full searches interleaved with unconstrained."""
     unknown = [m for m in cfg.methods if m not in METHODS]
     if unknown:
@@ -278,47 +275,12 @@ def markdown_table(points: list[dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def run_sweep(
-    points: list[tuple[str, BenchConfig]],
-    out_dir: Path,
-    *,
-    skip_above: dict[str, int],
-    progress=None,
-) -> list[dict]:
-    """Runs each point once; a point whose JSON (same config) exists in out_dir is reused."""
-    results = []
-    for axis, cfg in points:
-        keep = tuple(m for m in cfg.methods if cfg.num_items <= skip_above.get(m, cfg.num_items))
-        cfg = dataclasses.replace(cfg, methods=keep)
-        path = Path(out_dir) / f"{point_name(cfg)}.json"
-        saved = json.loads(path.read_text()) if path.exists() else None
-        if saved is None or saved["config"] != json.loads(json.dumps(dataclasses.asdict(cfg))):
-            if progress:
-                progress(f"== {axis}: {point_name(cfg)}")
-            saved = run_bench(cfg, progress=progress)
-            _write_atomic(path, json.dumps(saved, indent=2) + "\n")
-        results.append({"axis": axis, **saved})
-    return results
-
-
 def replace_block(text: str, block: str, begin: str, end: str) -> str:
     """Replaces the text between markers (inclusive), or appends the block when absent."""
     new = f"{begin}\n{block}{end}"
     if begin in text and end in text:
         return text[: text.index(begin)] + new + text[text.index(end) + len(end) :]
     return text.rstrip("\n") + "\n\n" + new + "\n"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def series(results: list[dict], axis: str) -> dict[str, tuple[list[int], list[float]]]:

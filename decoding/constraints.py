@@ -6,7 +6,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree
 
 from decoding.static_index import StaticIndex
 
@@ -34,13 +34,17 @@ class Constraint:
     num_levels: int
     scan_start: int = 1
 
-    def init_state(self, batch_size: int):
+    def init_state(self, batch_size: int) -> PyTree:
         return jnp.zeros((batch_size,), jnp.int32)
 
-    def candidates(self, level: Level, state, log_probs: Float[Array, "B K V"]) -> Candidates:
+    def candidates(
+        self, level: Level, state: PyTree, log_probs: Float[Array, "B K V"]
+    ) -> Candidates:
         raise NotImplementedError
 
-    def advance(self, level: Level, state, tokens: Int[Array, "B K"], aux):
+    def advance(
+        self, level: Level, state: PyTree, tokens: Int[Array, "B K"], aux: PyTree
+    ) -> PyTree:
         return aux
 
 
@@ -57,7 +61,9 @@ class Unconstrained(Constraint):
     vocab_size: int
     num_levels: int
 
-    def candidates(self, level: Level, state, log_probs: Float[Array, "B K V"]) -> Candidates:
+    def candidates(
+        self, level: Level, state: PyTree, log_probs: Float[Array, "B K V"]
+    ) -> Candidates:
         return _all_tokens(log_probs)
 
 
@@ -87,41 +93,66 @@ class StaticConstraint(Constraint):
     def _is_dense(self, level: Level) -> bool:
         return isinstance(level, int | np.integer) and level < self.index.dense_levels
 
-    def candidates(self, level: Level, state, log_probs: Float[Array, "B K V"]) -> Candidates:
+    def candidates(
+        self, level: Level, state: Int[Array, "B K"], log_probs: Float[Array, "B K V"]
+    ) -> Candidates:
         idx = self.index
         if self._is_dense(level):
+            # Phase 1, dense level l < d: the state is the beam's prefix as a base-V number
+            # (c_0 .. c_{l-1}, 0 at level 0), so its V children are the consecutive codes
+            # state * V + t, and code c is bit c & 31 of word c >> 5 of the depth-(l+1) mask.
             V = idx.vocab_size
             code_BKV = state[..., None] * V + _iota(V, state.ndim)
             if V % 32 == 0:
-                # Each beam's V bits are whole words: gather V/32 words, not V.
+                # Each beam's V bits are whole words: gather V/32 words, not V. The first child
+                # state * V is word-aligned, so word j holds children 32j .. 32j+31, child
+                # 32j + i at bit i (little-endian, as `np.packbits(bitorder="little")` wrote).
                 word_BKW = (state * (V // 32))[..., None] + _iota(V // 32, state.ndim)
                 w = jnp.take(idx.dense_words, idx.dense_offsets[level] + word_BKW, mode="clip")
                 bits = (w[..., None] >> _iota(32, w.ndim).astype(jnp.uint32)) & 1
+                # [.., V/32, 32] -> [.., V] row-major is child 32j + i: token order again.
                 valid = bits.reshape(code_BKV.shape).astype(bool)
             else:
                 valid = _bit(idx.dense_words, idx.dense_offsets[level], code_BKV)
+            # Candidates are all V tokens (slot = token); aux carries each child's code.
             out = _all_tokens(log_probs)
             return out._replace(valid=valid, aux=code_BKV)
+        # Phase 3, sparse level l >= d: the state is a CSR node id, its children are the edges
+        # row_ptr[s] .. row_ptr[s+1] - 1 (sorted by token), at most `width` of them at this level.
         if isinstance(level, int | np.integer):
             width = idx.capacity.widths[int(level) - idx.dense_levels]
         else:
+            # A traced level (the fori_loop) needs one shape for every level: the widest.
             width = max(idx.capacity.widths)
+        # Clipping keeps gathers in range for states of dead beams, which `_select` masks anyway.
         s = jnp.clip(state, 0, idx.capacity.nodes - 1)
         start = jnp.take(idx.row_ptr, s)
         end = jnp.take(idx.row_ptr, s + 1)
         edge_BKW = start[..., None] + _iota(width, state.ndim)
         valid = edge_BKW < end[..., None]
+        # Slot w is edge start + w: its token comes from the edge list, its log-prob from the
+        # model's V log-probs at that token.
         tok_BKW = jnp.take(idx.tokens, edge_BKW, mode="clip").astype(jnp.int32)
         lp_BKW = jnp.take_along_axis(log_probs, tok_BKW, axis=-1)
         return Candidates(tok_BKW, lp_BKW, valid, edge_BKW)
 
-    def advance(self, level: Level, state, tokens: Int[Array, "B K"], aux: Int[Array, "B K"]):
+    def advance(
+        self,
+        level: Level,
+        state: Int[Array, "B K"],
+        tokens: Int[Array, "B K"],
+        aux: Int[Array, "B K"],
+    ) -> Int[Array, "B K"]:
         idx = self.index
         if self._is_dense(level):
+            # The child's prefix code is the next dense level's state as is; after the last dense
+            # level it becomes a CSR node id (phase 2).
             if level + 1 < idx.dense_levels:
                 return aux
             return _rank(idx, aux)
-        # Children are numbered like edges, shifted by the depth-d nodes that precede them.
+        # Children are numbered like edges, shifted by the depth-d nodes that precede them:
+        # edge e leads to node e + num_dense_nodes (see static_index's layout), so no next-state
+        # array is stored or gathered.
         return aux + idx.num_dense_nodes
 
 
@@ -133,14 +164,19 @@ def _iota(n: int, lead: int) -> Int[Array, "..."]:
 
 
 def _bit(words: ArrayLike, offset: int, code: Int[Array, "..."]) -> Bool[Array, "..."]:
+    """Bit `code` of the mask starting at word `offset` (bit c & 31 of word c >> 5)."""
     w = jnp.take(words, offset + (code >> 5), mode="clip")
     return ((w >> (code & 31).astype(jnp.uint32)) & 1).astype(bool)
 
 
 def _rank(idx: StaticIndex, code: Int[Array, "B K"]) -> Int[Array, "B K"]:
     """Node id of a depth-d prefix code: set bits before it in the depth-d mask."""
+    # Phase 2: depth-d nodes are numbered in lexicographic order, which for base-V codes is
+    # numeric order, so a node's id is the count of allowed codes below its own: the set bits
+    # of the earlier words (`rank`, precomputed) plus those below its bit in its own word.
     off = idx.dense_offsets[-1]
     w = jnp.take(idx.dense_words, off + (code >> 5), mode="clip")
+    # (1 << i) - 1 keeps bits 0 .. i-1; i < 32, so the shift never overflows.
     below = w & ((jnp.uint32(1) << (code & 31).astype(jnp.uint32)) - jnp.uint32(1))
     r = jnp.take(idx.rank, code >> 5, mode="clip")
     return r + jax.lax.population_count(below).astype(jnp.int32)
@@ -154,14 +190,19 @@ def contains(index: StaticIndex, sids: Int[ArrayLike, "Q L"]) -> Bool[Array, " Q
     sids = jnp.asarray(sids, jnp.int32)
     d, V = index.dense_levels, index.vocab_size
     state = jnp.zeros((Q,), jnp.int32)
+    # Out-of-range codes are clipped for the walk below, which would then test another SID.
     ok = jnp.all((sids >= 0) & (sids < V), axis=1)
+    # The same walk as the beam search with one fixed token per level; once `ok` is False the
+    # state may be garbage, and the clips only keep its gathers in range.
     for level in range(L):
         t = jnp.clip(sids[:, level], 0, V - 1)
         if level < d:
+            # Dense: the state is the prefix code, its child code state * V + t (candidates).
             code = state * V + t
             ok &= _bit(index.dense_words, index.dense_offsets[level], code)
             state = code if level + 1 < d else _rank(index, code[:, None])[:, 0]
             continue
+        # Sparse: scan the node's (at most `width`) edges for the token t.
         width = index.capacity.widths[level - d]
         s = jnp.clip(state, 0, index.capacity.nodes - 1)
         start, end = jnp.take(index.row_ptr, s), jnp.take(index.row_ptr, s + 1)
@@ -169,5 +210,7 @@ def contains(index: StaticIndex, sids: Int[ArrayLike, "Q L"]) -> Bool[Array, " Q
         tok_QW = jnp.take(index.tokens, edge_QW, mode="clip").astype(jnp.int32)
         match_QW = (edge_QW < end[:, None]) & (tok_QW == t[:, None])
         ok &= match_QW.any(axis=1)
+        # Tokens are distinct per node, so argmax finds the one match; its edge e leads to node
+        # e + num_dense_nodes, as in `advance`.
         state = start + jnp.argmax(match_QW, axis=1).astype(jnp.int32) + index.num_dense_nodes
     return ok

@@ -11,11 +11,17 @@ deep levels cut the say of codes the model never saw under those prefixes.
 """
 
 import dataclasses
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float, Int, PyTree
+
+from decoding.static_index import ArrayInput
+
+# (tokens [B, K], level, cache) -> (log-probs or level scores [B, K, V], cache)
+_StepFn = Callable[..., tuple[Float[Array, "B K V"], PyTree]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +45,9 @@ class LevelScoring:
         return cls.build(np.ones(num_levels), np.zeros(vocab_size))
 
     @classmethod
-    def build(cls, weights, first_bias, bias=None) -> "LevelScoring":
+    def build(
+        cls, weights: ArrayInput, first_bias: ArrayInput, bias: ArrayInput | None = None
+    ) -> "LevelScoring":
         """From array-likes; `bias` None means zeros. Raises ValueError on inconsistent shapes."""
         w = np.asarray(weights, np.float32)
         b0 = np.asarray(first_bias, np.float32)
@@ -59,10 +67,12 @@ class LevelScoring:
         """Level 0's scores from the prefill's log-probs."""
         return self.weights[0] * log_probs + self.first_bias[None, :]
 
-    def wrap(self, step_fn):
+    def wrap(self, step_fn: _StepFn) -> _StepFn:
         """`step_fn` with its log-probs [B, K, V] turned into level scores (level may be traced)."""
 
-        def step(tokens: Int[Array, "B K"], level, cache):
+        def step(
+            tokens: Int[Array, "B K"], level: int | Int[Array, ""], cache: PyTree
+        ) -> tuple[Float[Array, "B K V"], PyTree]:
             log_probs, cache = step_fn(tokens, level, cache)
             level = jnp.asarray(level)
             scores = self.weights[level] * log_probs + self.bias[level - 1][tokens]
@@ -103,7 +113,7 @@ def prior_correction(
     vocab_size: int,
     *,
     prior_weight: float,
-    level_weights=(),
+    level_weights: ArrayInput = (),
     prior_levels: int = 2,
 ) -> LevelScoring:
     """Scores sum_l w_l log p(c_l | ...) - prior_weight * log p_prior(first `prior_levels` codes).

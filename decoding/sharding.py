@@ -1,17 +1,20 @@
 """Several devices: the batch sharded along a `data` mesh axis, the constraint index replicated."""
 
+from collections.abc import Sequence
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jaxtyping import PyTree
 
 
-def data_mesh(devices=None, axis: str = "data") -> Mesh:
+def data_mesh(devices: Sequence[jax.Device] | np.ndarray | None = None, axis: str = "data") -> Mesh:
     """A 1-D mesh over `devices` (default: all) named `axis`."""
     devices = jax.devices() if devices is None else devices
     return Mesh(np.asarray(devices), (axis,))
 
 
-def shard_batch(tree, mesh: Mesh, axis: str = "data"):
+def shard_batch(tree: PyTree, mesh: Mesh, axis: str = "data") -> PyTree:
     """Puts every leaf with its leading (batch) axis split over `axis`; B must divide evenly."""
     n = mesh.shape[axis]
     for leaf in jax.tree.leaves(tree):
@@ -20,6 +23,6 @@ def shard_batch(tree, mesh: Mesh, axis: str = "data"):
     return jax.device_put(tree, NamedSharding(mesh, PartitionSpec(axis)))
 
 
-def replicate(tree, mesh: Mesh):
+def replicate(tree: PyTree, mesh: Mesh) -> PyTree:
     """Puts every leaf (e.g. a constraint's index arrays) whole on every device."""
     return jax.device_put(tree, NamedSharding(mesh, PartitionSpec()))

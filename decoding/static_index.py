@@ -16,12 +16,17 @@ import dataclasses
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+from jaxtyping import ArrayLike
 
+# Host inputs: numpy or jax arrays, scalars, or nested lists/tuples (numpy.typing.ArrayLike is
+# not checked reliably at runtime: beartype rejects a tuple of floats).
+ArrayInput = ArrayLike | Sequence
 _MAX_DENSE_BITS = 1 << 28  # 32 MiB of mask per dense depth at most
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -95,28 +100,29 @@ class StaticIndex:
     @classmethod
     def build(
         cls,
-        sids,
+        sids: ArrayInput,
         *,
         vocab_size: int,
-        dense_levels: int = 2,
+        dense_levels: int | None = None,
         capacity: Capacity | None = None,
     ) -> "StaticIndex":
         """Builds the index from allowed SIDs int[N, L], any order, duplicates allowed.
 
-        `dense_levels` is lowered while V**d bits would exceed 2**28; `capacity` pads to a given
-        bucket (ValueError when the set does not fit) instead of the default rounding.
+        `dense_levels` d in [0, L] (default min(2, L); ValueError outside) is lowered while V**d
+        bits would exceed 2**28; `capacity` pads to a given bucket (ValueError when the set does
+        not fit) instead of the default rounding.
         """
         sids = _check_sids(sids, vocab_size)
         N, L = sids.shape
         V = vocab_size
-        d = min(dense_levels, L)
-        if d < 0:
-            raise ValueError(f"dense_levels must be >= 0, got {dense_levels}")
+        d = _check_dense_levels(dense_levels, L)
         while d > 0 and V**d > _MAX_DENSE_BITS:
             d -= 1
         cols = _sorted_unique_columns(sids, V)  # L arrays [M], lexicographically sorted rows
         M = cols[0].shape[0]
         # starts[l]: the rows that begin a new prefix of length l+1 (its node at depth l+1).
+        # Rows are sorted, so a prefix's rows are contiguous and its node is numbered by the
+        # rank of its first row among starts[l]: lexicographic order within each depth.
         changed = np.zeros(M, dtype=bool)
         starts = []
         for lev in range(L):
@@ -128,6 +134,9 @@ class StaticIndex:
         dense_words, rank = _dense_masks(cols, starts, V, d)
 
         # Sparse CSR over depths d..L-1; two passes so that no level's rows are held twice.
+        # CSR rows are the nodes of depths d..L-1 and entries the edges into depths d+1..L, both
+        # depth by depth, so edge e (its child's rank among all nodes deeper than d) enters node
+        # e + counts[d]: that is `num_dense_nodes`, the shift `StaticConstraint.advance` adds.
         widths = [_pow2(int(np.diff(_first_child(starts, lev, M)).max()), V) for lev in range(d, L)]
         num_nodes, num_edges = sum(counts[d:L]), sum(counts[d + 1 : L + 1])
         if num_edges > _INT32_MAX - 1:
@@ -141,12 +150,18 @@ class StaticIndex:
             raise ValueError(
                 f"capacity: {capacity} is too small for this set, which needs {needed}"
             )
+        # Padding rows (and the closing entry of the last real row) hold num_edges: they start and
+        # end at the same place, i.e. have no children.
         row_ptr = np.full(capacity.nodes + 1, num_edges, dtype=np.int32)
         tokens = np.zeros(capacity.edges, dtype=np.uint16 if V <= 65536 else np.int32)
-        node_off = edge_off = 0
+        node_off = edge_off = 0  # CSR rows and edges of the depths before `lev`
         for lev in range(d, L):
+            # A depth-lev node's first child, as a rank within depth lev+1, plus the edges of
+            # the shallower levels, is its first global edge; its last edge is the next row's
+            # first minus one, because the children of consecutive nodes are consecutive.
             first = _first_child(starts, lev, M)[:-1]
             row_ptr[node_off : node_off + counts[lev]] = first + edge_off
+            # Edge = child node: its token is the child's last code, read on its first row.
             tokens[edge_off : edge_off + counts[lev + 1]] = cols[lev][starts[lev]]
             node_off += counts[lev]
             edge_off += counts[lev + 1]
@@ -230,10 +245,25 @@ def _check_sids(sids, vocab_size: int) -> np.ndarray:
     return sids
 
 
+def _check_dense_levels(dense_levels: int | None, L: int) -> int:
+    """d in [0, L]: more dense levels than SID levels would index masks that are never built."""
+    if dense_levels is None:
+        return min(2, L)
+    if isinstance(dense_levels, bool) or not isinstance(dense_levels, int | np.integer):
+        raise ValueError(f"dense_levels must be an int, got {dense_levels!r}")
+    if not 0 <= dense_levels <= L:
+        raise ValueError(
+            f"dense_levels must be in [0, {L}] (the SIDs have {L} levels), got {dense_levels}"
+        )
+    return int(dense_levels)
+
+
 def _first_child(starts: list[np.ndarray], lev: int, M: int) -> np.ndarray:
     """Index of the first depth-(lev+1) child of each depth-lev node, plus the child count."""
     if lev == 0:
         return np.array([0, len(starts[0])], dtype=np.int32)
+    # child_of_row[r]: rank within depth lev+1 of the node that row r belongs to (the number of
+    # depth-(lev+1) starts up to r, minus one); at a parent's first row that is its first child.
     child_of_row = np.zeros(M, dtype=np.int32)
     child_of_row[starts[lev]] = 1
     np.cumsum(child_of_row, out=child_of_row)
@@ -330,7 +360,11 @@ def _dense_masks(cols, starts, V: int, d: int) -> tuple[np.ndarray, np.ndarray]:
         nbits = V**depth
         bitmap = np.zeros(-(-nbits // 32) * 32, dtype=bool)
         bitmap[code] = True
+        # Little-endian bits in little-endian words: code c is bit c & 31 of word c >> 5, which
+        # is how the kernel reads it back (`_bit`, and V/32 whole words when 32 divides V).
         parts.append(np.packbits(bitmap, bitorder="little").view("<u4"))
+    # rank[w]: set bits in the depth-d words before w, so a depth-d code's node id (its rank
+    # among the allowed codes) is rank[code >> 5] plus a popcount within its word (`_rank`).
     per_word = bitmap.reshape(-1, 32).sum(axis=1, dtype=np.int32)
     rank = np.concatenate([[0], np.cumsum(per_word)[:-1]]).astype(np.int32)
     return np.concatenate(parts).astype(np.uint32), rank

@@ -50,8 +50,13 @@ class Attention(nnx.Module):
     def __call__(self, x_BTD, positions_BT, mask_BTS, cache_kv=None, write_index=None):
         B, T, D = x_BTD.shape
         q, k, v = jnp.split(self.qkv(x_BTD).reshape(B, T, 3 * self.num_heads, -1), 3, axis=2)
+        # Keys are cached after RoPE: a key's rotation depends only on its own position, so it
+        # never needs recomputing when later queries arrive.
         q, k = _rope(q, positions_BT), _rope(k, positions_BT)
         if cache_kv is not None:
+            # Write the T new keys/values into the fixed S-slot buffers at `write_index` (0 in
+            # prefill, the fed token's slot in a step); attention then reads all S slots, and
+            # `mask_BTS` hides the ones not written yet. Fixed S keeps one compiled shape.
             k = jax.lax.dynamic_update_slice_in_dim(cache_kv[0], k, write_index, axis=1)
             v = jax.lax.dynamic_update_slice_in_dim(cache_kv[1], v, write_index, axis=1)
         y = jax.nn.dot_product_attention(q, k, v, mask=mask_BTS[:, None, :, :])
@@ -156,12 +161,19 @@ class Decoder(nnx.Module):
                 f"histories: {T} tokens exceed the model's context of {self.context} "
                 f"(max_history={self.cfg.max_history} items x {self.space.num_levels} tokens + BOS)"
             )
+        # S slots: the T history tokens, then the L-1 codes the beam search feeds back (the
+        # codes of levels 0..L-2; the last level's code is predicted, never fed).
         S = T + self.space.num_levels - 1
+        # Positions count PAD slots too, exactly as in training (`_hidden`), so a left-padded
+        # history gets the same rotary positions here as it did there.
         positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
+        # The L-1 future slots are marked valid now; `step` keeps them causal by also masking
+        # slots after the fed token's position.
         key_valid = jnp.concatenate(
             [tokens != PAD, jnp.ones((B, self.space.num_levels - 1), bool)], axis=1
         )
         mask = _causal_mask(tokens != PAD)
+        # History queries never see the (still empty) future slots.
         mask_BTS = jnp.concatenate([mask, jnp.zeros((B, T, S - T), bool)], axis=2)
         x = self.embed(tokens)
         H, d = self.cfg.num_heads, self.cfg.d_model // self.cfg.num_heads
@@ -171,6 +183,8 @@ class Decoder(nnx.Module):
             x, (k, v) = block(x, positions, mask_BTS, None, (empty, empty), 0)
             ks.append(k)
             vs.append(v)
+        # Histories are left-padded, so the last position is real; it predicts the next item's
+        # level 0.
         log_probs = jax.nn.log_softmax(self._logits(x[:, -1:, :])[:, 0, 0, :], axis=-1)
         return log_probs, KVCache(k=jnp.stack(ks, 1), v=jnp.stack(vs, 1), key_valid=key_valid)
 
@@ -180,10 +194,17 @@ class Decoder(nnx.Module):
         """Feeds the codes chosen at `level - 1`; returns log-probs over level `level`'s codes."""
         B, K = codes.shape
         S = cache.key_valid.shape[-1]
+        # Each beam is its own sequence: fold K into the batch ([B, K, ...] -> [B*K, ...]); the
+        # beam search has already gathered every beam's cache from its parent.
         flat = jax.tree.map(lambda a: a.reshape(B * K, *a.shape[2:]), cache)
+        # The level-(level-1) code goes to slot T + level - 1 = S - L + level, right after the
+        # history and the codes fed at earlier steps; its RoPE position is the slot index, as
+        # the history's positions are their slot indices.
         pos = S - self.space.num_levels + level  # the slot of the fed token
+        # Each level's codes have their own V token ids (the training vocabulary's layout).
         tokens = NUM_SPECIAL + (level - 1) * self.space.codebook_size + codes.reshape(B * K, 1)
         positions = jnp.full((B * K, 1), pos, jnp.int32)
+        # Real history tokens, the codes fed so far and this one; not the later (empty) slots.
         mask = (flat.key_valid & (jnp.arange(S)[None, :] <= pos))[:, None, :]
         x = self.embed(tokens)
         ks, vs = [], []
@@ -192,8 +213,11 @@ class Decoder(nnx.Module):
             x, (k, v) = block(x, positions, mask, None, kv, pos)
             ks.append(k)
             vs.append(v)
+        # The head scores all L levels; the fed level-(level-1) code predicts level `level`
+        # (`level` may be traced inside the search's loop, hence a dynamic index).
         logits = jax.lax.dynamic_index_in_dim(self._logits(x)[:, 0], level, axis=1, keepdims=False)
         new = KVCache(k=jnp.stack(ks, 1), v=jnp.stack(vs, 1), key_valid=flat.key_valid)
+        # Back to [B, K, ...]: the beam search reorders this cache by parent beam next.
         new = jax.tree.map(lambda a: a.reshape(B, K, *a.shape[1:]), new)
         return jax.nn.log_softmax(logits, axis=-1).reshape(B, K, -1), new
 

@@ -1,4 +1,4 @@
-"""Shared test helpers: a step function over a fixed log-prob table and a brute-force top-K."""
+"""Shared test helpers: a step function over a fixed log-prob table, brute-force top-Ks."""
 
 import functools
 import itertools
@@ -43,3 +43,28 @@ def brute_top(allowed, lp_LV, K):
 
 def all_sids(V, L):
     return np.array(list(itertools.product(range(V), repeat=L)), np.int32)
+
+
+def exhaustive_top(step_fn, initial_log_probs, cache, sids, K):
+    """Exact top-K of `sids` [N, L] per batch row, each SID scored by `step_fn` as its own beam.
+
+    Returns (sids [B, K, L], scores [B, K]); the cache is tiled to [B, N, ...] as beam search does.
+    """
+    B = initial_log_probs.shape[0]
+    N, L = sids.shape
+    codes = jnp.broadcast_to(jnp.asarray(sids[:, 0]), (B, N))
+    scores = jnp.take_along_axis(initial_log_probs, codes, axis=1)
+    cache = jax.tree.map(lambda x: jnp.repeat(x[:, None], N, axis=1), cache)
+    for level in range(1, L):
+        lp, cache = step_fn(codes, level, cache)
+        codes = jnp.broadcast_to(jnp.asarray(sids[:, level]), (B, N))
+        scores = scores + jnp.take_along_axis(lp, codes[..., None], axis=2)[..., 0]
+    scores = np.asarray(scores)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :K]
+    return sids[order], np.take_along_axis(scores, order, axis=1)
+
+
+def distinct_sids(rng, N, V, L):
+    """N distinct random SIDs [N, L] in random order."""
+    flat = rng.choice(V**L, size=N, replace=False)
+    return np.stack([(flat // V ** (L - 1 - j)) % V for j in range(L)], axis=1).astype(np.int32)

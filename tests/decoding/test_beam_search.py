@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from decoding import StaticConstraint, StaticIndex, Unconstrained, beam_search
-from tests.decoding.helpers import all_sids, brute_top, random_log_probs, run, table_step
+from tests.decoding.helpers import (
+    all_sids,
+    brute_top,
+    distinct_sids,
+    exhaustive_top,
+    random_log_probs,
+    run,
+    table_step,
+)
 
 
 @pytest.mark.parametrize("dense_levels", [0, 1, 2, 3])
@@ -80,6 +88,47 @@ def test_cache_is_tiled_and_reordered_with_the_beams():
     res = f(init, cache, Unconstrained(V, L))
     best = np.asarray(res.tokens[:, 0])
     assert ((best[:, 1:] - best[:, :-1]) % V == 1).all()
+
+
+_P = 97  # hash buckets of the prefix model below
+
+
+def _prefix_hash_step(table, tokens, level, cache):
+    """A model whose level-l distribution depends on the whole prefix only through its cache.
+
+    The cache is a hash of the beam's prefix [B, K]; a cache left with another beam scores the
+    children with that beam's prefix.
+    """
+    h = (cache * 31 + tokens + 1) % _P
+    return jnp.take(table, level, axis=0)[h], h
+
+
+@pytest.mark.parametrize("unroll", [True, False])
+@pytest.mark.parametrize("kind", ["static", "unconstrained"])
+def test_a_step_reading_its_cache_gets_the_exact_top_k(kind, unroll):
+    rng = np.random.default_rng(7)
+    V, L = 3, 4
+    if kind == "static":
+        sids = distinct_sids(rng, 12, V, L)
+        constraint = StaticConstraint(StaticIndex.build(sids, vocab_size=V, dense_levels=1))
+    else:
+        sids = all_sids(V, L)
+        constraint = Unconstrained(V, L)
+    K = len(sids)  # >= the allowed prefixes at every level, so beam search is exact
+    table = jnp.asarray(random_log_probs(rng, L, _P, V))  # [L, P, V]
+    cache = jnp.array([5, 41], jnp.int32)  # e.g. a hash of each row's history
+    init = table[0][cache]
+    step = functools.partial(_prefix_hash_step, table)
+    search = jax.jit(functools.partial(beam_search, step, beam_size=K, num_levels=L, unroll=unroll))
+    res = search(init, cache, constraint)
+    want_sids, want_scores = exhaustive_top(step, init, cache, sids, K)
+    assert bool(res.valid.all())
+    np.testing.assert_array_equal(
+        res.tokens,
+        want_sids,
+        err_msg="beams differ from exhaustive scoring: is the cache reordered with its beams?",
+    )
+    np.testing.assert_allclose(res.scores, want_scores, rtol=1e-6)
 
 
 def test_mismatched_constraint_is_a_clear_error():

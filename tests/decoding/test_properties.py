@@ -29,8 +29,10 @@ def problems(draw):
 
 
 def _static(sids, V, L, d):
-    # One capacity per (V, L, d), so every example reuses one compiled program.
-    widths = (V,) * (L - min(d, L))
+    # One capacity per (V, L, d), so every example reuses one compiled program; d is capped at
+    # L because build refuses more dense levels than SID levels.
+    d = min(d, L)
+    widths = (V,) * (L - d)
     return StaticIndex.build(
         sids, vocab_size=V, dense_levels=d, capacity=Capacity(nodes=64, edges=64, widths=widths)
     )

@@ -102,3 +102,19 @@ def test_contains_matches_a_python_set(dense_levels):
     allowed = set(map(tuple, sids.tolist()))
     want = [tuple(q) in allowed for q in queries.tolist()]
     assert np.asarray(contains(idx, queries)).tolist() == want
+
+
+@pytest.mark.parametrize("dense_levels", [-1, 4, 10, True])
+def test_dense_levels_out_of_range_is_an_error(dense_levels):
+    sids = np.array([[0, 1, 2], [2, 1, 0]])  # L = 3: d must be in [0, 3]
+    with pytest.raises(ValueError, match="dense_levels"):
+        StaticIndex.build(sids, vocab_size=3, dense_levels=dense_levels)
+
+
+def test_dense_levels_default_and_bounds():
+    sids = np.array([[0, 1, 2], [2, 1, 0]])
+    assert StaticIndex.build(sids, vocab_size=3).dense_levels == 2
+    assert StaticIndex.build(sids, vocab_size=3, dense_levels=3).dense_levels == 3
+    assert StaticIndex.build(sids, vocab_size=3, dense_levels=0).dense_levels == 0
+    # The default is capped at the SID length (one-level SIDs: one dense level).
+    assert StaticIndex.build(np.array([[1], [0]]), vocab_size=3).dense_levels == 1
