@@ -7,10 +7,12 @@ Example: genret bench-constraints --num-items 1000000 --methods static,ppv_exact
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from data import atomic
+from data.errors import ArgumentError
 from decoding.bench import METHODS, BenchConfig, measure_build, run_bench
 
 
@@ -34,10 +36,41 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _available_bytes() -> int:
+    """Memory this process may still use (MemAvailable; physical memory where unknown)."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits(num_items: int, levels: int, arg: str = "--num-items") -> None:
+    """Refuses sizes whose SIDs and indexes cannot fit in memory, before allocating anything.
+
+    The estimate is generous: random SIDs, their sorted copy, the index and the baselines' tables
+    hold about 16 int32 words per (item, level); a Python dict trie far more per node.
+    """
+    need = 16 * 4 * num_items * levels
+    have = _available_bytes()
+    if need > have:
+        raise ArgumentError(
+            f"{arg} {num_items:,} x --levels {levels}: needs about {need / 2**30:.1f} GiB, more "
+            f"than the {have / 2**30:.1f} GiB available"
+        )
+
+
 def bench_config(args: argparse.Namespace, **overrides) -> BenchConfig:
     for name in ("levels", "batch", "beam", "reps"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+            raise ArgumentError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.dense_levels < 0 or args.dense_levels > args.levels:
+        raise ArgumentError(f"--dense-levels must be in [0, --levels], got {args.dense_levels}")
+    unknown = [m for m in args.methods.split(",") if m and m not in METHODS]
+    if unknown or not args.methods.strip(","):
+        raise ArgumentError(f"--methods: unknown {unknown or 'empty'}; choose from {METHODS}")
     kw = dict(
         levels=args.levels,
         batch=args.batch,
@@ -63,8 +96,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.num_items < 1 or args.vocab < 2:
-        raise ValueError("--num-items must be >= 1 and --vocab >= 2")
+        raise ArgumentError("--num-items must be >= 1 and --vocab >= 2")
     cfg = bench_config(args, num_items=args.num_items, vocab=args.vocab)
+    check_fits(args.num_items, args.levels)
     if args.build_only:
         result = measure_build(cfg)
     else:

@@ -5,19 +5,58 @@ plots and a markdown table replace the generated block of --markdown (docs/BENCH
 """
 
 import argparse
+import dataclasses
+import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from data import atomic
-from decoding.bench import markdown_table, replace_block, run_sweep, series, sweep_points
-from experiments.bench_constraints import add_bench_args, bench_config
+from decoding.bench import (
+    BenchConfig,
+    markdown_table,
+    point_name,
+    replace_block,
+    run_bench,
+    series,
+    sweep_points,
+)
+from experiments import plots
+from experiments.bench_constraints import add_bench_args, bench_config, check_fits
 
 MARKERS = ("<!-- bench-sweep:begin -->", "<!-- bench-sweep:end -->")
 SKIP_ABOVE = {"cpu_trie": 2_000_000}  # a dict trie of 1e7 SIDs needs > 10 GB of host memory
 
 
 def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(float(x)) for x in text.split(",") if x)
+    values = tuple(int(float(x)) for x in text.split(",") if x)
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive numbers, e.g. 1e5,1e6; got {text!r}")
+    return values
+
+
+def run_sweep(
+    points: list[tuple[str, BenchConfig]],
+    out_dir: Path,
+    *,
+    skip_above: dict[str, int],
+    progress: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """Runs each point once; a point whose JSON (same config) exists in out_dir is reused, so a
+    killed sweep resumes at the point it was in."""
+    results = []
+    for axis, cfg in points:
+        keep = tuple(m for m in cfg.methods if cfg.num_items <= skip_above.get(m, cfg.num_items))
+        cfg = dataclasses.replace(cfg, methods=keep)
+        path = Path(out_dir) / f"{point_name(cfg)}.json"
+        saved = json.loads(path.read_text()) if path.exists() else None
+        if saved is None or saved["config"] != json.loads(json.dumps(dataclasses.asdict(cfg))):
+            if progress:
+                progress(f"== {axis}: {point_name(cfg)}")
+            saved = run_bench(cfg, progress=progress)
+            atomic.write_json(path, saved)
+        results.append({"axis": axis, **saved})
+    return results
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_fits(max(args.items + (args.items_for_vocab,)), args.levels, "--items")
     pts = sweep_points(
         bench_config(args),
         items=args.items,
@@ -42,38 +82,15 @@ def run(args: argparse.Namespace) -> int:
     results = run_sweep(
         pts, args.out_dir, skip_above=SKIP_ABOVE, progress=lambda msg: print(msg, file=sys.stderr)
     )
-    imgs = [_plot(results, axis, args.plots_dir) for axis in ("items", "vocab")]
+    imgs = [
+        plots.latency_sweep(
+            series(results, axis), axis, args.plots_dir / f"decoding_latency_vs_{axis}.png"
+        )
+        for axis in ("items", "vocab")
+    ]
     links = "".join(f"![{p.stem}]({Path('img') / p.name})\n" for p in imgs if p)
     text = args.markdown.read_text() if args.markdown.exists() else ""
     atomic.write_text(
         args.markdown, replace_block(text, markdown_table(results) + "\n" + links, *MARKERS)
     )
     return 0
-
-
-def _plot(results: list[dict], axis: str, out_dir: Path) -> Path | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    lines = series(results, axis)
-    if not lines:
-        return None
-    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=80)
-    for name, (xs, ys) in lines.items():
-        ax.plot(xs, ys, marker="o", label=name)
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="N items" if axis == "items" else "V codes",
-        ylabel="full beam search, median ms",
-        title=f"constrained decoding vs {axis}",
-    )
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out_dir / f"decoding_latency_vs_{axis}.png"
-    with atomic.atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
-    return path

@@ -1,8 +1,16 @@
-"""The `genret` command: one subcommand per module with add_arguments(parser) and run(args)."""
+"""The `genret` command: one subcommand per module with add_arguments(parser) and run(args).
+
+Every failure is one line on stderr and a non-zero exit: 1 for an error, 2 for bad usage, 130 for
+Ctrl-C; `--debug` shows the traceback instead.
+"""
 
 import argparse
 import importlib
+import shutil
 import sys
+from pathlib import Path
+
+from data.errors import GenretError
 
 # name -> (module, one-line help). Modules are imported only when their command runs.
 COMMANDS = {
@@ -15,6 +23,7 @@ COMMANDS = {
     "train-retriever": ("experiments.train_retriever", "train the decoder retriever on a split"),
     "eval-cold-start": ("experiments.eval_cold_start", "cold-start Recall@K, 3 methods"),
     "eval-warm": ("experiments.eval_warm", "leave-one-out Recall/NDCG@5/10 (the TIGER benchmark)"),
+    "report": ("experiments.report_cmd", "write results/report.md from the results present"),
     "diagnose": (
         "experiments.diagnose",
         "validation-only tuning diagnostics: per-level accuracy, ensembles, prior correction",
@@ -24,13 +33,21 @@ COMMANDS = {
     "bench-sweep": ("experiments.bench_sweep", "the paper's latency sweeps + plots"),
 }
 
-# Errors that mean bad input or a missing artifact: one line, no traceback.
-USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, PermissionError, KeyError)
+# Builtin errors that mean bad input, a missing file or a full disk, raised by code outside the
+# project (numpy, orbax, the OS): one line too.
+USER_ERRORS = (GenretError, ValueError, OSError, KeyError, MemoryError, EOFError)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage itself is in --help)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def _top_parser() -> argparse.ArgumentParser:
     epilog = "commands:\n" + "\n".join(f"  {n:<18} {h}" for n, (_, h) in COMMANDS.items())
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="genret",
         description="Generative retrieval with STATIC-constrained decoding, in JAX.",
         epilog=epilog + "\n\nRun `genret COMMAND --help` for a command's options.",
@@ -40,6 +57,23 @@ def _top_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line(e: BaseException) -> str:
+    """The message of an error, on one line; a bare KeyError or MemoryError says what it is."""
+    if isinstance(e, MemoryError):
+        return f"out of memory{': ' + str(e) if str(e) else ''}; try smaller sizes"
+    msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    text = " ".join(str(msg).split())
+    if not isinstance(e, GenretError | ValueError | OSError):
+        text = f"{type(e).__name__}: {text}"
+    return text or type(e).__name__
+
+
+def _remove_if_empty(root: Path) -> None:
+    """A work directory this command created, holding no file: a failure leaves no trace."""
+    if root.is_dir() and not any(p.is_file() or p.is_symlink() for p in root.rglob("*")):
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
@@ -47,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     module_name, help_text = COMMANDS[name]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=f"genret {name}",
         description=(module.__doc__ or help_text).strip(),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -55,17 +89,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     module.add_arguments(parser)
     args = parser.parse_args(rest)
+    workdir = getattr(args, "workdir", None)
+    new_workdir = workdir is not None and not workdir.exists()
     try:
         result = module.run(args)
-    except USER_ERRORS as e:
-        if args.debug:
-            raise
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"genret {name}: error: {msg}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print(f"genret {name}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except USER_ERRORS as e:
+        if args.debug:
+            raise
+        if new_workdir:
+            _remove_if_empty(workdir)
+        print(f"genret {name}: error: {_one_line(e)}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug: still one line, with the way to the traceback
+        if args.debug:
+            raise
+        print(
+            f"genret {name}: internal error: {_one_line(e)} (rerun with --debug for the "
+            "traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 1
     return int(result or 0)
 
 

@@ -1,15 +1,14 @@
-"""Shared by the command modules: config resolution, work-directory layout, dataset paths."""
+"""Shared by the command modules: arguments, resolving the config once, and checking arguments
+before any artifact is read."""
 
 import argparse
+import dataclasses
 from pathlib import Path
 
-from data import atomic
+from data.config import AMAZON_SHORTCUTS, DATASETS
+from data.errors import ArgumentError
 from experiments import config as config_lib
-
-DATASETS = ("synthetic", "beauty", "sports", "toys")
-CATEGORY_DIRS = {"beauty": "Beauty", "sports": "Sports_and_Outdoors", "toys": "Toys_and_Games"}
-# Where the real files live on development machines and in CI (see README).
-DEFAULT_AMAZON_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "amazon2014"
+from experiments.layout import RunLayout
 
 
 def add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -33,53 +32,81 @@ def add_workdir_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", required=True, type=Path, help="the run's work directory")
 
 
-def resolve_config(args: argparse.Namespace, *, dataset: str | None = None, save: bool = True):
-    """Preset (or the saved config.json) + --set overrides; saved back to WORKDIR/config.json."""
-    workdir: Path = args.workdir
-    saved = workdir / "config.json"
+def add_dataset_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=None,
+        help="synthetic (generated), beauty / sports / toys (Amazon 2014 shortcuts), amazon2014 "
+        "(any category: --category), interactions (your own table: --raw-dir; see README); "
+        "default: the config's data.dataset",
+    )
+    parser.add_argument(
+        "--category",
+        default=None,
+        help="with --dataset amazon2014: the category's file name part, e.g. Beauty or "
+        "Cell_Phones_and_Accessories (reviews_<category>_5.json.gz)",
+    )
+    parser.add_argument(
+        "--raw-dir",
+        type=Path,
+        default=None,
+        help="folder of the raw files (default for Amazon data: ../shared/data/amazon2014/<Cat>)",
+    )
+
+
+def positive(name: str, value: int | None, *, allow_none: bool = True) -> None:
+    """An integer argument that must be >= 1; checked before any artifact is read."""
+    if value is None and allow_none:
+        return
+    if value is None or value < 1:
+        raise ArgumentError(f"{name}: must be >= 1, got {value}")
+
+
+def layout_of(args: argparse.Namespace) -> RunLayout:
+    return RunLayout(args.workdir)
+
+
+def _default_preset(dataset: str | None, category: str | None) -> str:
+    """The dataset's own preset; Amazon categories and your own data take Beauty's (real-data)
+    settings, with the dataset fields replaced."""
+    if dataset in (None, "synthetic"):
+        return "synthetic"
+    if dataset in AMAZON_SHORTCUTS:
+        return dataset
+    return "beauty"
+
+
+def resolve_config(
+    args: argparse.Namespace, layout: RunLayout, *, dataset_args: bool = False
+) -> config_lib.Config:
+    """Preset (or the work directory's config.json) + dataset arguments + --set overrides,
+    validated. Nothing is written: the stage runner saves the config once a stage succeeded."""
+    dataset = getattr(args, "dataset", None) if dataset_args else None
+    category = getattr(args, "category", None) if dataset_args else None
+    raw_dir = getattr(args, "raw_dir", None) if dataset_args else None
     if getattr(args, "config", None):
-        cfg = config_lib.load_preset(args.config)
-    elif saved.exists():
-        cfg = config_lib.load_json(saved)
+        cfg, from_saved = config_lib.load_preset(args.config), False
+    elif layout.config.is_file():
+        cfg, from_saved = config_lib.load_json(layout.config), True
     else:
-        cfg = config_lib.load_preset(dataset or "synthetic")
+        cfg, from_saved = config_lib.load_preset(_default_preset(dataset, category)), False
+    data = cfg.data
+    if dataset is not None and dataset != data.dataset:
+        if from_saved:
+            raise ArgumentError(
+                f"--dataset {dataset}: {layout.config} was made for data.dataset={data.dataset}; "
+                "use a fresh --workdir or pass --config NAME"
+            )
+        data = dataclasses.replace(data, dataset=dataset)
+    if category is not None:
+        if data.dataset != "amazon2014":
+            raise ArgumentError(f"--category: only with --dataset amazon2014, not {data.dataset}")
+        data = dataclasses.replace(data, category=category)
+    if raw_dir is not None:
+        if data.dataset == "synthetic":
+            raise ArgumentError("--raw-dir: the synthetic dataset is generated into WORKDIR/raw")
+        data = dataclasses.replace(data, raw_dir=str(Path(raw_dir).resolve()))
+    cfg = dataclasses.replace(cfg, data=data)
     cfg = config_lib.apply_overrides(cfg, getattr(args, "overrides", []) or [])
-    if dataset is not None and cfg.data.dataset != dataset:
-        raise ValueError(
-            f"--dataset {dataset} does not match the config's data.dataset={cfg.data.dataset}; "
-            "use a fresh --workdir or a matching --config"
-        )
-    if save:
-        atomic.write_json(saved, config_lib.to_dict(cfg))
-    return cfg
-
-
-def check_cold_start_fraction(fraction: float) -> None:
-    """The protocol's cold-start fraction p must lie in (0, 0.5]."""
-    if not 0.0 < fraction <= 0.5:
-        raise ValueError(f"--cold-start: expected a fraction in (0, 0.5], got {fraction}")
-
-
-def default_raw_dir(dataset: str) -> Path:
-    """The folder holding reviews_<Cat>_5.json.gz and meta_<Cat>.json.gz for a real dataset."""
-    if dataset not in CATEGORY_DIRS:
-        raise ValueError(f"--dataset: {dataset!r} has no raw folder; choose from {DATASETS}")
-    return DEFAULT_AMAZON_ROOT / CATEGORY_DIRS[dataset]
-
-
-# Work-directory layout: one place that names every artifact.
-def prepared_dir(workdir: Path) -> Path:
-    return workdir / "prepared"
-
-
-def tokenizer_dir(workdir: Path) -> Path:
-    return workdir / "tokenizer"
-
-
-def retriever_dir(workdir: Path, split: str) -> Path:
-    """split: 'cold_0.02', 'cold_0.05', ... or 'loo'."""
-    return workdir / f"retriever_{split}"
-
-
-def results_dir(workdir: Path) -> Path:
-    return workdir / "results"
+    return config_lib.validate(cfg)

@@ -8,7 +8,9 @@ import types
 import typing
 from pathlib import Path
 
-from data.config import DataConfig
+from data.config import AMAZON_SHORTCUTS, DataConfig, amazon_category
+from data.errors import ArgumentError
+from data.splits import check_fraction
 from decoding.config import DecodeConfig
 from rqvae.config import RQVAEConfig
 from seqmodel.config import SeqModelConfig
@@ -43,6 +45,73 @@ class Config:
     eval: EvalConfig = EvalConfig()
 
 
+def paper_dataset(data: DataConfig) -> str | None:
+    """beauty / sports / toys when the run is on one of the papers' datasets (the only ones beside
+    which their numbers are printed), else None."""
+    if data.dataset in AMAZON_SHORTCUTS:
+        return data.dataset
+    if data.dataset == "amazon2014":
+        by_category = {c: name for name, c in AMAZON_SHORTCUTS.items()}
+        return by_category.get(data.category)
+    return None
+
+
+def _at_least(cfg, section: str, names: tuple[str, ...], low) -> None:
+    for name in names:
+        value = getattr(getattr(cfg, section), name)
+        if value < low:
+            raise ArgumentError(f"{section}.{name}={value}: must be >= {low}")
+
+
+def validate(cfg: Config) -> Config:
+    """Checks every field a stage would reject later, so a command fails before any work starts
+    and a rejected value never reaches config.json; raises ArgumentError naming the key."""
+    if cfg.data.dataset == "amazon2014" and not cfg.data.category:
+        raise ArgumentError("--category: required with --dataset amazon2014, e.g. Beauty")
+    amazon_category(cfg.data)  # a category that contradicts the dataset
+    _at_least(cfg, "rqvae", ("embed_dim", "num_levels", "codebook_size", "latent_dim"), 1)
+    _at_least(cfg, "rqvae", ("batch_size", "num_steps", "checkpoint_every", "tfidf_min_df"), 1)
+    _at_least(cfg, "rqvae", ("warmup_steps", "restart_every"), 0)
+    if any(h < 1 for h in cfg.rqvae.hidden_dims):
+        raise ArgumentError(f"rqvae.hidden_dims={cfg.rqvae.hidden_dims}: every width must be >= 1")
+    if cfg.rqvae.embedder not in ("tfidf", "minilm"):
+        raise ArgumentError(f"rqvae.embedder={cfg.rqvae.embedder!r}: expected tfidf or minilm")
+    if cfg.rqvae.fit_on not in ("all", "warm"):
+        raise ArgumentError(f"rqvae.fit_on={cfg.rqvae.fit_on!r}: expected all or warm")
+    if not 0.0 <= cfg.rqvae.restart_until <= 1.0:
+        raise ArgumentError(f"rqvae.restart_until={cfg.rqvae.restart_until}: must be in [0, 1]")
+    for name in ("learning_rate",):
+        if not getattr(cfg.rqvae, name) > 0:
+            raise ArgumentError(f"rqvae.{name}={getattr(cfg.rqvae, name)}: must be > 0")
+    _at_least(cfg, "seqmodel", ("num_epochs", "patience", "eval_users"), 1)
+    _at_least(cfg, "seqmodel", ("warmup_steps", "max_steps"), 0)
+    if not cfg.seqmodel.learning_rate > 0:
+        raise ArgumentError(f"seqmodel.learning_rate={cfg.seqmodel.learning_rate}: must be > 0")
+    _at_least(cfg, "decode", ("beam_size",), 1)
+    _at_least(cfg, "decode", ("dense_levels",), 0)
+    levels = cfg.rqvae.num_levels + 1  # SID levels: the RQ-VAE's codes and the collision level
+    if cfg.decode.dense_levels > levels:
+        raise ArgumentError(
+            f"decode.dense_levels={cfg.decode.dense_levels}: must be <= the {levels} SID levels"
+        )
+    _at_least(cfg, "eval", ("beam_size",), 1)
+    _at_least(cfg, "eval", ("max_test_users",), 0)
+    if not cfg.eval.cold_start_fractions:
+        raise ArgumentError("eval.cold_start_fractions: give at least one fraction")
+    for p in cfg.eval.cold_start_fractions:
+        check_fraction(p, "eval.cold_start_fractions")
+    weights = cfg.eval.cold_level_weights
+    if weights and len(weights) != levels:
+        raise ArgumentError(
+            f"eval.cold_level_weights: {len(weights)} weights for {levels} SID levels"
+        )
+    synth = cfg.data.synthetic
+    for name in ("num_items", "num_users", "num_categories"):
+        if getattr(synth, name) < 1:
+            raise ArgumentError(f"data.synthetic.{name}={getattr(synth, name)}: must be >= 1")
+    return cfg
+
+
 def preset_names() -> list[str]:
     import experiments.configs as pkg
 
@@ -53,7 +122,7 @@ def load_preset(name: str) -> Config:
     """Returns `experiments/configs/<name>.py`'s get_config()."""
     names = preset_names()
     if name not in names:
-        raise ValueError(f"--config: unknown preset {name!r}; choose from {', '.join(names)}")
+        raise ArgumentError(f"--config: unknown preset {name!r}; choose from {', '.join(names)}")
     return importlib.import_module(f"experiments.configs.{name}").get_config()
 
 
@@ -74,15 +143,15 @@ def _parse_value(text: str, tp, key: str):
             return True
         if low in ("0", "false", "no", "off"):
             return False
-        raise ValueError(f"--set {key}: expected true/false, got {text!r}")
+        raise ArgumentError(f"--set {key}: expected true/false, got {text!r}")
     if tp in (int, float):
         try:
             return tp(text)
         except ValueError:
-            raise ValueError(f"--set {key}: expected {tp.__name__}, got {text!r}") from None
+            raise ArgumentError(f"--set {key}: expected {tp.__name__}, got {text!r}") from None
     if tp is str:
         return text
-    raise ValueError(f"--set {key}: fields of type {tp} cannot be set from the command line")
+    raise ArgumentError(f"--set {key}: fields of type {tp} cannot be set from the command line")
 
 
 def _field_paths(cfg, prefix="") -> list[str]:
@@ -104,7 +173,7 @@ def _replace_path(cfg, parts: list[str], text: str, key: str):
     current = getattr(cfg, name)
     if len(parts) == 1:
         if dataclasses.is_dataclass(current):
-            raise ValueError(f"--set {key}: is a group; set one of its fields")
+            raise ArgumentError(f"--set {key}: is a group; set one of its fields")
         return dataclasses.replace(cfg, **{name: _parse_value(text, hints[name], key)})
     if not dataclasses.is_dataclass(current):
         raise KeyError(name)
@@ -115,22 +184,26 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
     """Applies `a.b=value` strings; unknown keys and badly typed values raise ValueError."""
     for item in overrides:
         if "=" not in item:
-            raise ValueError(f"--set {item!r}: expected key=value, e.g. seqmodel.num_layers=4")
+            raise ArgumentError(f"--set {item!r}: expected key=value, e.g. seqmodel.num_layers=4")
         key, text = item.split("=", 1)
         key = key.strip()
         try:
             cfg = _replace_path(cfg, key.split("."), text.strip(), key)
         except KeyError:
             known = ", ".join(_field_paths(cfg))
-            raise ValueError(f"--set {key}: unknown config key; known keys: {known}") from None
+            raise ArgumentError(f"--set {key}: unknown config key; known keys: {known}") from None
+        except ArgumentError:
+            raise
+        except (ValueError, TypeError) as e:  # a sub-config's own check (__post_init__)
+            raise ArgumentError(f"--set {item}: {e}") from None
     return cfg
 
 
-def to_dict(cfg) -> dict:
+def to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def from_dict(cls, d: dict):
+def from_dict(cls: type, d: dict):  # -> an instance of cls
     """Rebuilds a dataclass tree from to_dict() output; unknown keys raise ValueError."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
@@ -150,4 +223,11 @@ def from_dict(cls, d: dict):
 
 
 def load_json(path: str | Path) -> Config:
-    return from_dict(Config, json.loads(Path(path).read_text()))
+    """A saved config.json; a malformed one is an ArgumentError naming the file."""
+    try:
+        return from_dict(Config, json.loads(Path(path).read_text()))
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ArgumentError(
+            f"{path}: not a valid genret config ({e}); fix it, or pass --config NAME to start "
+            "from a preset"
+        ) from None

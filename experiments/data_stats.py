@@ -7,8 +7,10 @@ of the config (default 2% and 5%): cold items and test users.
 import argparse
 import json
 
-from data import prepared, stats
+from data import stats
+from data.splits import check_fraction
 from experiments import common
+from experiments.artifacts import load_dataset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,9 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    for p in args.fractions or ():
+        check_fraction(p, "--fractions")
+    layout = common.layout_of(args)
     fractions = args.fractions
     if fractions is None:
-        fractions = common.resolve_config(args, save=False).eval.cold_start_fractions
-    ds = prepared.load_prepared(common.prepared_dir(args.workdir))
+        fractions = common.resolve_config(args, layout).eval.cold_start_fractions
+    ds = load_dataset(layout)
     print(json.dumps(stats.dataset_stats(ds, tuple(fractions)), indent=2))
     return 0

@@ -8,7 +8,8 @@ per user, STATIC's overhead over unconstrained decoding measured in the same run
 
 import argparse
 
-from experiments import common, report, retrieval_eval
+from data.splits import check_fraction
+from experiments import common, report, stages
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,13 +33,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    common.check_cold_start_fraction(args.cold_start)
+    fraction = check_fraction(args.cold_start)
+    common.positive("--beam-size", args.beam_size)
+    common.positive("--batch-size", args.batch_size)
     if args.beam_size is not None:
         args.overrides = [*args.overrides, f"eval.beam_size={args.beam_size}"]
-    cfg = common.resolve_config(args)
-    result = retrieval_eval.evaluate_cold_start(
-        cfg, args.workdir, args.cold_start, batch_size=args.batch_size, validation=args.validation
+    layout = common.layout_of(args)
+    cfg = common.resolve_config(args, layout)
+    written = stages.evaluate_cold_start(
+        cfg, layout, fraction, batch_size=args.batch_size, validation=args.validation
     )
+    stages.save_config(cfg, layout)
+    result = written.summary
     print(report.cold_start_table([result]))
     print(f"STATIC / unconstrained latency (median): {result['static_overhead_ratio_median']:.2f}x")
     return 0

@@ -6,7 +6,7 @@ Writes WORKDIR/results/warm.json and prints a table.
 
 import argparse
 
-from experiments import common, report, retrieval_eval
+from experiments import common, report, stages
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,7 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = common.resolve_config(args)
-    result = retrieval_eval.evaluate_warm(cfg, args.workdir, batch_size=args.batch_size)
-    print(report.warm_table(result))
+    common.positive("--batch-size", args.batch_size)
+    layout = common.layout_of(args)
+    cfg = common.resolve_config(args, layout)
+    written = stages.evaluate_warm(cfg, layout, batch_size=args.batch_size)
+    stages.save_config(cfg, layout)
+    print(report.warm_table(written.summary))
     return 0

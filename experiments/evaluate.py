@@ -9,11 +9,12 @@ import numpy as np
 from jaxtyping import Int
 from tqdm import tqdm
 
-from data.pipeline import pad_rows
+from data.pipeline import padded_batches
+from decoding import BeamResult
 from experiments import metrics
 
-# decode_batch(history int32[B, T]) -> (tokens int[B, K, L], scores float[B, K], valid bool[B, K])
-DecodeBatch = Callable[[np.ndarray], tuple]
+# decode_batch(history int32[B, T]) -> the batch's beams (tokens, scores, valid flags)
+DecodeBatch = Callable[[np.ndarray], BeamResult]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,17 +43,16 @@ def decode_interleaved(
     U = len(inputs)
     if U == 0:
         raise ValueError("no users to decode")
-    padded = pad_rows(inputs, batch_size)
-    num_batches = len(padded) // batch_size
+    batches = list(padded_batches(inputs, batch_size=batch_size))
     for fn in methods.values():
-        jax.block_until_ready(fn(padded[:batch_size]))
+        jax.block_until_ready(fn(batches[0]))
     out = {name: ([], [], [], []) for name in methods}
-    for b in tqdm(range(num_batches), desc=desc, unit="batch", leave=False):
-        batch = padded[b * batch_size : (b + 1) * batch_size]
+    for batch in tqdm(batches, desc=desc, unit="batch", leave=False):
         for name, fn in methods.items():
             start = time.perf_counter()
-            tokens, scores, valid = jax.block_until_ready(fn(batch))
+            res = jax.block_until_ready(fn(batch))
             elapsed = time.perf_counter() - start
+            tokens, scores, valid = jax.device_get((res.tokens, res.scores, res.valid))
             acc = out[name]
             acc[0].append(lookup(np.asarray(tokens)))
             acc[1].append(np.asarray(scores))

@@ -1,31 +1,15 @@
-"""Pipeline stages and their ledger: a stage is skipped while its key and outputs are intact."""
+"""Pipeline stages and their ledger: a stage is skipped while its key matches and its outputs
+still load."""
 
 import dataclasses
-import hashlib
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from data import atomic
-
-
-def fingerprint(*parts) -> str:
-    """A stable hash of JSON-able parts (configs as dicts, upstream keys, file digests)."""
-    text = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def file_digest(path: Path) -> str:
-    """Content hash of a file, or of every file under a directory (sorted by relative path)."""
-    h = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for f in files:
-        h.update(str(f.relative_to(path.parent if path.is_file() else path)).encode())
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()[:16]
+from data.errors import GenretError, StageError
+from data.fingerprint import fingerprint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,47 +19,85 @@ class Stage:
     name: str
     key_parts: tuple
     outputs: tuple[Path, ...]
-    run: Callable[[], None]
+    run: Callable[[], object]
     after: tuple[str, ...] = ()  # stages whose keys enter this one's (default: the previous)
+    # Raises when an output exists but no longer loads (a truncated file, a damaged checkpoint).
+    check: Callable[[], None] | None = None
 
 
 class Ledger:
-    """W/stages.json: for each finished stage, the key it finished with and how long it took."""
+    """stages.json: for each finished stage, the key it finished with and how long it took."""
 
-    def __init__(self, workdir: Path):
-        self.path = workdir / "stages.json"
-        self.entries = json.loads(self.path.read_text()) if self.path.exists() else {}
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self.entries = json.loads(self.path.read_text()) if self.path.exists() else {}
+        except json.JSONDecodeError:
+            self.entries = {}  # a damaged ledger only costs a rerun of every stage
 
-    def up_to_date(self, stage: Stage, key: str) -> bool:
+    def up_to_date(self, stage: Stage, key: str, log: Callable[[str], None]) -> bool:
         entry = self.entries.get(stage.name)
-        return bool(entry) and entry["key"] == key and all(p.exists() for p in stage.outputs)
+        if not entry or entry.get("key") != key:
+            return False
+        missing = [str(p) for p in stage.outputs if not p.exists()]
+        if missing:
+            log(f"[{stage.name}] {missing[0]} is missing; rerunning")
+            return False
+        if stage.check is not None:
+            try:
+                stage.check()
+            except Exception as e:  # whatever a damaged file raises: the stage reruns
+                log(f"[{stage.name}] an output no longer loads ({_one_line(e)}); rerunning")
+                return False
+        return True
 
     def record(self, stage: Stage, key: str, seconds: float) -> None:
         self.entries[stage.name] = {"key": key, "seconds": round(seconds, 2)}
         atomic.write_json(self.path, self.entries)
 
 
-def run_stages(stages: list[Stage], workdir: Path, log: Callable[[str], None] = print) -> dict:
-    """Runs stages in order; a key includes its upstream keys, so upstream changes rerun it."""
-    ledger = Ledger(workdir)
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+def run_stages(
+    stages: list[Stage],
+    ledger_path: Path,
+    log: Callable[[str], None] = print,
+    on_done: Callable[[Stage], None] | None = None,
+) -> dict:
+    """Runs stages in order; a key includes its upstream keys, so upstream changes rerun it.
+
+    A stage's failure is raised as a StageError naming the stage (its cause chained);
+    `on_done(stage)` runs after each stage that ran and finished.
+    """
+    ledger = Ledger(ledger_path)
     keys: dict[str, str] = {}
     timings = {}
     for i, stage in enumerate(stages):
         after = stage.after or ((stages[i - 1].name,) if i else ())
         key = fingerprint([keys[a] for a in after], stage.name, stage.key_parts)
         keys[stage.name] = key
-        if ledger.up_to_date(stage, key):
+        if ledger.up_to_date(stage, key, log):
             log(f"[{stage.name}] up to date, skipped")
             timings[stage.name] = 0.0
             continue
         log(f"[{stage.name}] running")
         start = time.perf_counter()
-        stage.run()
+        try:
+            stage.run()
+        except GenretError as e:
+            raise StageError(f"stage {stage.name}: {e}") from e
+        except (ValueError, OSError, MemoryError) as e:
+            raise StageError(f"stage {stage.name}: {_one_line(e)}") from e
         missing = [str(p) for p in stage.outputs if not p.exists()]
         if missing:
-            raise FileNotFoundError(f"stage {stage.name} finished without writing {missing}")
+            raise StageError(f"stage {stage.name} finished without writing {missing}")
         seconds = time.perf_counter() - start
         ledger.record(stage, key, seconds)
+        if on_done is not None:
+            on_done(stage)
         timings[stage.name] = seconds
         log(f"[{stage.name}] done in {seconds:.1f} s")
     return timings

@@ -1,24 +1,25 @@
 """The whole run: prepare, tokenizer, one retriever per cold-start fraction, the cold-start and
 leave-one-out evaluations, then WORKDIR/results/report.md with our numbers beside the papers'.
 
-Stages whose inputs and config are unchanged are skipped (WORKDIR/stages.json); a killed run resumes
-from the last checkpoint of the stage it was in: rerun the same command.
+Stages whose inputs and config are unchanged, and whose outputs still load, are skipped
+(WORKDIR/stages.json); a killed run resumes from the last checkpoint of the stage it was in:
+rerun the same command.
 """
 
 import argparse
-from pathlib import Path
 
 from experiments import common, workflow
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", choices=common.DATASETS, default=None, help="which dataset")
-    parser.add_argument("--raw-dir", type=Path, default=None, help="folder of the raw files")
+    common.add_dataset_args(parser)
     common.add_workdir_arg(parser)
     common.add_config_args(parser)
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = common.resolve_config(args, dataset=args.dataset)
-    workflow.run_pipeline(cfg, args.workdir, args.raw_dir)
+    layout = common.layout_of(args)
+    cfg = common.resolve_config(args, layout, dataset_args=True)
+    workflow.run_pipeline(cfg, layout, progress=not args.no_progress)
     return 0

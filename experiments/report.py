@@ -4,6 +4,10 @@ import json
 from pathlib import Path
 
 from data import atomic
+from experiments import config as config_lib
+from experiments import plots
+from experiments.config import Config, paper_dataset
+from experiments.layout import RunLayout
 
 # STATIC ("Vectorizing the Trie") Table 3: cold-start Recall@1 as fractions; 1B model, beam 20.
 PAPER_COLD_START = {
@@ -58,8 +62,9 @@ def _pct(x) -> str:
     return "–" if x is None else f"{100 * x:.2f}"
 
 
-def cold_start_table(results: list[dict]) -> str:
-    """Markdown: one row per (fraction, method); the paper's Recall@1 beside test results."""
+def cold_start_table(results: list[dict], *, with_paper: bool = True) -> str:
+    """Markdown: one row per (fraction, method); the paper's Recall@1 beside test results on the
+    paper's datasets."""
     lines = [
         "| cold start | method | Recall@1 % | paper Recall@1 % | Recall@5 % | Recall@10 % "
         "| NDCG@10 % | valid % | cold % | latency ms/user (median) |",
@@ -68,7 +73,7 @@ def cold_start_table(results: list[dict]) -> str:
     for res in sorted(results, key=lambda r: r["cold_start_fraction"]):
         p = res["cold_start_fraction"]
         # The paper's numbers are test numbers: none beside a validation result.
-        test_split = res.get("split", "test") == "test"
+        test_split = res.get("split", "test") == "test" and with_paper
         paper = PAPER_COLD_START.get(res["dataset"], {}).get(p, {}) if test_split else {}
         for method in _methods([res]):
             m = res["methods"][method]
@@ -98,66 +103,73 @@ def warm_table(result: dict) -> str:
 
 def plot_cold_start(results: list[dict], out_dir: Path) -> list[Path]:
     """Recall@1 by method and latency by method, one group per cold-start fraction."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
     results = sorted(results, key=lambda r: r["cold_start_fraction"])
     written = []
     for metric, label, fname in (
         ("recall@1", "Recall@1 (%)", "recall_at_1.png"),
         ("latency_ms_median", "decoding latency per user (ms, median)", "latency.png"),
     ):
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        methods = _methods(results)
-        width = 0.8 / len(methods)
-        for i, method in enumerate(methods):
-            vals = [r["methods"][method].get(metric, 0.0) or 0.0 for r in results]
-            vals = [100 * v for v in vals] if metric == "recall@1" else vals
-            xs = [j + i * width for j in range(len(results))]
-            ax.bar(xs, vals, width, label=method)
-            for x, v in zip(xs, vals, strict=True):
-                ax.text(x, v, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
-        ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(results))])
-        ax.set_xticklabels([f"cold {r['cold_start_fraction']:g}" for r in results])
-        ax.set_ylabel(label)
-        ax.set_title(f"{results[0]['dataset']}: {label}" if results else label)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out_dir / fname
-        with atomic.atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=110)
-        plt.close(fig)
-        written.append(path)
+        path = plots.cold_start_bars(results, _methods(results), metric, label, out_dir / fname)
+        written += [path] if path else []
     return written
 
 
-def write_report(results_dir: Path, dataset: str) -> Path:
-    """Collects results/*.json into results/report.md (+ PNGs) and returns its path."""
+def _run_section(cfg: Config, layout: RunLayout) -> list[str]:
+    """Which preset, dataset and config made these numbers."""
+    data = cfg.data
+    dataset = data.dataset + (f" (category {data.category})" if data.category else "")
+    paper = paper_dataset(data)
+    return [
+        "## Run\n",
+        f"- Preset: `{cfg.name}`; dataset: {dataset}; seed {cfg.seed}.",
+        f"- Resolved config: `{layout.config.name}` in the work directory, and below.",
+        "- Papers' numbers are shown "
+        + (
+            f"beside ours ({paper} is one of their datasets)."
+            if paper
+            else "nowhere: the papers did not measure this dataset."
+        ),
+        "",
+        "<details><summary>config</summary>\n",
+        "```json",
+        json.dumps(config_lib.to_dict(cfg), indent=1),
+        "```",
+        "</details>\n",
+    ]
+
+
+def write_report(cfg: Config, layout: RunLayout) -> list[Path]:
+    """Collects the results files into results/report.md (+ PNGs); returns the paths written."""
+    results_dir = layout.results
+    paper = paper_dataset(cfg.data)
     cold = [json.loads(p.read_text()) for p in sorted(results_dir.glob("cold_start_*.json"))]
-    warm_path = results_dir / "warm.json"
-    parts = [f"# Results: {dataset}\n"]
+    # The papers' numbers only beside the datasets they were measured on.
+    for r in cold:
+        r["dataset"] = paper or cfg.data.dataset
+    parts = [f"# Results: {cfg.data.dataset}\n"]
+    written = []
     if cold:
         parts += [
             "## Cold-start retrieval (STATIC section 6)\n",
             "Recall@1 of unconstrained beam search, constrained random guessing and "
-            "STATIC-constrained beam search over the cold-start items; the paper's Recall@1 beside "
-            "ours (their model: 1B parameters, beam 20).\n",
+            "STATIC-constrained beam search over the cold-start items"
+            + (
+                "; the paper's Recall@1 beside ours (their model: 1B parameters, beam 20).\n"
+                if paper
+                else ".\n"
+            ),
             scoring_note(cold),
-            cold_start_table(cold),
+            cold_start_table(cold, with_paper=paper is not None),
             "",
         ]
         for png in plot_cold_start(cold, results_dir):
             parts.append(f"![{png.stem}]({png.name})")
+            written.append(png)
         parts.append("")
-    if warm_path.exists():
-        parts += [
-            "## Leave-one-out (TIGER benchmark)\n",
-            warm_table(json.loads(warm_path.read_text())),
-        ]
-    path = results_dir / "report.md"
-    atomic.write_text(path, "\n".join(parts) + "\n")
-    return path
+    if layout.warm_result.exists():
+        warm = json.loads(layout.warm_result.read_text())
+        warm["dataset"] = paper or cfg.data.dataset
+        parts += ["## Leave-one-out (TIGER benchmark)\n", warm_table(warm), ""]
+    parts += _run_section(cfg, layout)
+    atomic.write_text(layout.report, "\n".join(parts) + "\n")
+    return [layout.report, *written]

@@ -6,54 +6,51 @@ from pathlib import Path
 import jax
 import numpy as np
 
-import rqvae
 from data import atomic
-from data.prepared import load_prepared
-from data.splits import cold_start_split, leave_one_out, validation_split
-from data.types import Histories
-from decoding import StaticConstraint, StaticIndex, Unconstrained, prior_correction
-from experiments import common, evaluate, metrics
-from seqmodel import train as seqmodel_train
+from data.errors import ArgumentError, ArtifactError
+from data.splits import (
+    ColdStartSplit,
+    LeaveOneOutSplit,
+    check_fraction,
+    cold_start_split,
+    leave_one_out,
+    validation_split,
+)
+from data.types import Histories, InteractionData
+from decoding import (
+    LevelScoring,
+    StaticConstraint,
+    StaticIndex,
+    Unconstrained,
+    prior_correction,
+)
+from experiments import evaluate, metrics
+from experiments.artifacts import load_dataset, load_retriever, load_sids
+from experiments.config import Config, EvalConfig
+from experiments.layout import RunLayout, Split
+from seqmodel.inference import retrieval_fn
+from seqmodel.model import Decoder
 from seqmodel.tokens import encode_histories, sid_tokens
-from seqmodel.train import MODEL_FILE, check_sids_match
 
 
-def _require(path: Path, command: str) -> Path:
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; make it with `{command}`")
-    return path
-
-
-def load_inputs(workdir: Path):
+def load_inputs(cfg: Config, layout: RunLayout) -> tuple[InteractionData, np.ndarray]:
     """The prepared dataset and the tokenizer's SIDs, checked to describe the same catalog."""
-    _require(common.prepared_dir(workdir), f"genret prepare --workdir {workdir}")
-    tok = common.tokenizer_dir(workdir)
-    _require(tok / "sids.npy", f"genret train-tokenizer --workdir {workdir}")
-    ds = load_prepared(common.prepared_dir(workdir))
-    sids, asins = rqvae.load_sids(tok)
-    check_sids_match(asins, ds.catalog.asins, tok)
-    return ds, np.asarray(sids, np.int32)
-
-
-def load_retriever(rdir: Path, command: str):
-    """The best checkpoint's Decoder; a missing artifact names the command that makes it."""
-    _require(rdir / MODEL_FILE, command)
-    _require(rdir / "checkpoints", command)
-    return seqmodel_train.load_retriever(rdir)
+    ds = load_dataset(layout)
+    return ds, load_sids(cfg, layout, ds)
 
 
 def _decoders(model, methods: dict, beam_size: int) -> dict:
     """One jitted decode per `name: (constraint, scoring)`; each index is moved to the device once,
     not per batch."""
     return {
-        name: seqmodel_train.retrieval_fn(
-            model, jax.device_put(constraint), beam_size=beam_size, scoring=scoring
-        )
+        name: retrieval_fn(model, jax.device_put(constraint), beam_size=beam_size, scoring=scoring)
         for name, (constraint, scoring) in methods.items()
     }
 
 
-def cold_scoring(eval_cfg, train: Histories, sids: np.ndarray, codebook_size: int):
+def cold_scoring(
+    eval_cfg: EvalConfig, train: Histories, sids: np.ndarray, codebook_size: int
+) -> LevelScoring | None:
     """The cold-start beam scores of eval_cfg (prior counted over the training interactions), or
     None for the plain joint log-probability."""
     if eval_cfg.cold_prior_weight == 0 and all(w == 1 for w in eval_cfg.cold_level_weights):
@@ -66,7 +63,7 @@ def cold_scoring(eval_cfg, train: Histories, sids: np.ndarray, codebook_size: in
             level_weights=eval_cfg.cold_level_weights,
         )
     except ValueError as e:
-        raise ValueError(f"eval.cold_level_weights / eval.cold_prior_weight: {e}") from None
+        raise ArgumentError(f"eval.cold_level_weights / eval.cold_prior_weight: {e}") from None
 
 
 def _sample_users(num_users: int, eval_cfg) -> np.ndarray:
@@ -78,12 +75,21 @@ def _sample_users(num_users: int, eval_cfg) -> np.ndarray:
     return users
 
 
-def evaluated_inputs(model, sids: np.ndarray, split, eval_cfg, rdir: Path):
+def evaluated_inputs(
+    model: Decoder,
+    sids: np.ndarray,
+    split: ColdStartSplit | LeaveOneOutSplit,
+    eval_cfg: EvalConfig,
+    rdir: Path | str,
+) -> tuple[np.ndarray, np.ndarray]:
     """(targets, token inputs) of the evaluated users; only those users' histories are encoded."""
     space = model.space
     L = space.num_levels
     if sids.shape[1] != L:
-        raise ValueError(f"{rdir}: retriever expects {L} SID levels, tokenizer has {sids.shape[1]}")
+        raise ArtifactError(
+            f"{rdir}: retriever expects {L} SID levels, the tokenizer has {sids.shape[1]}; "
+            "retrain the retriever on these SIDs"
+        )
     users = _sample_users(len(split.test_targets), eval_cfg)
     item_tokens = sid_tokens(sids, space.codebook_size)
     inputs = encode_histories(item_tokens, split.test_histories, model.cfg.max_history, users)
@@ -91,21 +97,23 @@ def evaluated_inputs(model, sids: np.ndarray, split, eval_cfg, rdir: Path):
 
 
 def evaluate_cold_start(
-    cfg, workdir: Path, fraction: float, *, batch_size: int = 64, validation: bool = False
+    cfg: Config,
+    layout: RunLayout,
+    fraction: float,
+    *,
+    batch_size: int = 64,
+    validation: bool = False,
 ) -> dict:
     """Unconstrained vs constrained random vs STATIC over the cold set; writes the results JSON.
 
     validation=True runs the tuning protocol (data.splits.validation_split): no test target is read.
     """
-    common.check_cold_start_fraction(fraction)
-    ds, sids = load_inputs(workdir)
+    fraction = check_fraction(fraction)
+    which = Split("cold-val" if validation else "cold", fraction)
+    ds, sids = load_inputs(cfg, layout)
+    rdir = layout.retriever(which)
+    model = load_retriever(layout, which)
     split = (validation_split if validation else cold_start_split)(ds, fraction)
-    name = f"{'coldval' if validation else 'cold'}_{fraction:g}"
-    rdir = common.retriever_dir(workdir, name)
-    split_arg = "--split cold-val " if validation else ""
-    model = load_retriever(
-        rdir, f"genret train-retriever --workdir {workdir} {split_arg}--cold-start {fraction:g}"
-    )
     V, L = model.space.codebook_size, model.space.num_levels
     targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
     K = cfg.eval.beam_size
@@ -157,17 +165,17 @@ def evaluate_cold_start(
         "seed": cfg.eval.seed,
         "split": "validation" if validation else "test",
     }
-    prefix = "validation_" if validation else ""
-    atomic.write_json(common.results_dir(workdir) / f"{prefix}cold_start_{fraction:g}.json", result)
+    atomic.write_json(layout.cold_start_result(fraction, validation=validation), result)
     return result
 
 
-def evaluate_warm(cfg, workdir: Path, *, batch_size: int = 64) -> dict:
+def evaluate_warm(cfg: Config, layout: RunLayout, *, batch_size: int = 64) -> dict:
     """TIGER's leave-one-out: Recall/NDCG@5/10, unconstrained and constrained to all items."""
-    ds, sids = load_inputs(workdir)
+    loo = Split("loo")
+    ds, sids = load_inputs(cfg, layout)
+    rdir = layout.retriever(loo)
+    model = load_retriever(layout, loo)
     split = leave_one_out(ds)
-    rdir = common.retriever_dir(workdir, "loo")
-    model = load_retriever(rdir, f"genret train-retriever --workdir {workdir} --split loo")
     V, L = model.space.codebook_size, model.space.num_levels
     targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
     K = max(cfg.eval.beam_size, 10)  # Recall@10 needs at least 10 beams
@@ -197,5 +205,5 @@ def evaluate_warm(cfg, workdir: Path, *, batch_size: int = 64) -> dict:
         },
         "seed": cfg.eval.seed,
     }
-    atomic.write_json(common.results_dir(workdir) / "warm.json", result)
+    atomic.write_json(layout.warm_result, result)
     return result

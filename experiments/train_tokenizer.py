@@ -7,10 +7,8 @@ Writes sids.npy (int32 [N, L+1]), asins.txt, config.json, metrics.json and code_
 
 import argparse
 import json
-import os
 
-from data import prepared
-from experiments import common
+from experiments import common, stages
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,25 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rqvae.pipeline import summary, tokenize_catalog
-
     if args.embedder:
         args.overrides = [*args.overrides, f"rqvae.embedder={args.embedder}"]
     if args.fit_on:
         args.overrides = [*args.overrides, f"rqvae.fit_on={args.fit_on}"]
-    cfg = common.resolve_config(args)
-    ds = prepared.load_prepared(common.prepared_dir(args.workdir))
-    # MiniLM loads from the model files inside its package; never ask a hub.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    out = common.tokenizer_dir(args.workdir)
-    metrics = tokenize_catalog(
-        cfg.rqvae,
-        ds.catalog,
-        out,
-        cache_dir=args.workdir / "embeddings",
-        cold_fraction=max(cfg.eval.cold_start_fractions),
-        progress=not args.no_progress,
-    )
-    print(json.dumps({"tokenizer": str(out), **summary(metrics)}))
+    layout = common.layout_of(args)
+    cfg = common.resolve_config(args, layout)
+    written = stages.train_tokenizer(cfg, layout, progress=not args.no_progress)
+    stages.save_config(cfg, layout)
+    print(json.dumps(written.summary))
     return 0

@@ -1,96 +1,92 @@
-"""The `genret pipeline` workflow: every stage is the same `genret` command a user would run."""
+"""The `genret pipeline` workflow: the same stage functions the commands call, in one process,
+each skipped while its key matches and its outputs still load (the ledger)."""
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from experiments import cli, common, report, stages
+from data.fingerprint import file_digest
+from experiments import ledger, stages
+from experiments.artifacts import load_json_result, load_retriever
+from experiments.config import Config
+from experiments.layout import RunLayout, Split
+
+# The leave-one-out evaluation does not read the cold-start scoring fields; leaving them out of
+# its key keeps a finished leave-one-out result up to date when only they change.
+_COLD_ONLY_EVAL_FIELDS = ("cold_prior_weight", "cold_level_weights")
 
 
-def _command(*argv: str):
-    def run():
-        code = cli.main([str(a) for a in argv])
-        if code:
-            raise RuntimeError(f"`genret {' '.join(map(str, argv))}` failed (exit {code})")
-
-    return run
-
-
-def build_stages(cfg, workdir: Path) -> list[stages.Stage]:
+def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> list[ledger.Stage]:
     """Tokenizer, per-fraction retrievers and evaluations, leave-one-out, with their keys."""
-    W = str(workdir)
-    prep = stages.file_digest(common.prepared_dir(workdir))
-    sids = common.tokenizer_dir(workdir) / "sids.npy"
+    prep = file_digest(layout.prepared)
     out = [
-        stages.Stage(
+        ledger.Stage(
             "tokenizer",
             (prep, dataclasses.asdict(cfg.rqvae)),
-            (sids,),
-            _command("train-tokenizer", "--workdir", W),
+            (layout.sids,),
+            lambda: stages.train_tokenizer(cfg, layout, progress=progress),
+            check=lambda: stages.load_sids(cfg, layout, stages.load_dataset(layout)),
         )
     ]
     seq = dataclasses.asdict(cfg.seqmodel)
     ev = (dataclasses.asdict(cfg.eval), dataclasses.asdict(cfg.decode))
-    # The leave-one-out evaluation does not read the cold-start scoring fields.
-    warm_eval = {
-        k: v for k, v in ev[0].items() if k not in ("cold_prior_weight", "cold_level_weights")
-    }
-    results = common.results_dir(workdir)
-    for p in cfg.eval.cold_start_fractions:
-        rdir = common.retriever_dir(workdir, f"cold_{p:g}")
-        out.append(
-            stages.Stage(
-                f"retriever_cold_{p:g}",
-                (seq, p),
-                (rdir / "train_summary.json",),
-                _command("train-retriever", "--workdir", W, "--cold-start", f"{p:g}"),
-                after=("tokenizer",),
-            )
+    warm_eval = {k: v for k, v in ev[0].items() if k not in _COLD_ONLY_EVAL_FIELDS}
+
+    def retriever(split: Split, key_parts: tuple) -> ledger.Stage:
+        return ledger.Stage(
+            f"retriever_{split.name}",
+            key_parts,
+            (layout.retriever_summary(split),),
+            lambda: stages.train_retriever(cfg, layout, split, progress=progress),
+            after=("tokenizer",),
+            check=lambda: load_retriever(layout, split),
         )
+
+    for p in cfg.eval.cold_start_fractions:
+        split = Split("cold", p)
+        result = layout.cold_start_result(p)
+        out.append(retriever(split, (seq, p)))
         out.append(
-            stages.Stage(
+            ledger.Stage(
                 f"eval_cold_{p:g}",
                 ev,
-                (results / f"cold_start_{p:g}.json",),
-                _command("eval-cold-start", "--workdir", W, "--cold-start", f"{p:g}"),
-                after=(f"retriever_cold_{p:g}",),
+                (result,),
+                lambda p=p: stages.evaluate_cold_start(cfg, layout, p),
+                after=(f"retriever_{split.name}",),
+                check=lambda result=result: load_json_result(result),
             )
         )
     if cfg.eval.warm:
-        rdir = common.retriever_dir(workdir, "loo")
+        loo = Split("loo")
+        out.append(retriever(loo, (seq,)))
         out.append(
-            stages.Stage(
-                "retriever_loo",
-                (seq,),
-                (rdir / "train_summary.json",),
-                _command("train-retriever", "--workdir", W, "--split", "loo"),
-                after=("tokenizer",),
-            )
-        )
-        out.append(
-            stages.Stage(
+            ledger.Stage(
                 "eval_warm",
                 (warm_eval, ev[1]),
-                (results / "warm.json",),
-                _command("eval-warm", "--workdir", W),
-                after=("retriever_loo",),
+                (layout.warm_result,),
+                lambda: stages.evaluate_warm(cfg, layout),
+                after=(f"retriever_{loo.name}",),
+                check=lambda: load_json_result(layout.warm_result),
             )
         )
     return out
 
 
-def run_pipeline(cfg, workdir: Path, raw_dir: Path | None) -> Path:
+def run_pipeline(
+    cfg: Config, layout: RunLayout, *, progress: bool = True, log: Callable[[str], None] = print
+) -> Path:
     """Prepares (self-caching), runs the stages that are out of date, writes the report."""
-    # Checked before any stage runs, not when the evaluation stage is reached after training.
-    for fraction in cfg.eval.cold_start_fractions:
-        common.check_cold_start_fraction(fraction)
     start = time.perf_counter()
-    prepare = ["prepare", "--dataset", cfg.data.dataset, "--workdir", str(workdir)]
-    if raw_dir is not None:
-        prepare += ["--raw-dir", str(raw_dir)]
-    print("[prepare] running (reuses the prepared dataset when inputs are unchanged)")
-    _command(*prepare)()
-    stages.run_stages(build_stages(cfg, workdir), workdir)
-    path = report.write_report(common.results_dir(workdir), cfg.data.dataset)
-    print(f"[pipeline] done in {time.perf_counter() - start:.1f} s; report: {path}")
-    return path
+    log("[prepare] running (reuses the prepared dataset when inputs are unchanged)")
+    stages.prepare(cfg, layout)
+    stages.save_config(cfg, layout)
+    ledger.run_stages(
+        build_stages(cfg, layout, progress=progress),
+        layout.ledger,
+        log=log,
+        on_done=lambda _: stages.save_config(cfg, layout),
+    )
+    stages.write_report(cfg, layout)
+    log(f"[pipeline] done in {time.perf_counter() - start:.1f} s; report: {layout.report}")
+    return layout.report

@@ -5,6 +5,8 @@ from pathlib import Path
 import numpy as np
 from jaxtyping import Float, Int
 
+from data.errors import ArtifactError
+
 SIDS_FILE = "sids.npy"
 ASINS_FILE = "asins.txt"
 
@@ -150,13 +152,50 @@ def load_sids(tokenizer_dir: str | Path) -> tuple[np.ndarray, list[str]]:
     tokenizer_dir = Path(tokenizer_dir)
     path = tokenizer_dir / SIDS_FILE
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no SIDs; run `genret train-tokenizer` first")
-    sids = np.load(path, allow_pickle=False)
-    asins = (tokenizer_dir / ASINS_FILE).read_text().splitlines()
+        raise ArtifactError(f"{path}: no SIDs; run `genret train-tokenizer` first")
+    try:
+        sids = np.load(path, allow_pickle=False)
+        asins = (tokenizer_dir / ASINS_FILE).read_text().splitlines()
+    except (OSError, ValueError, EOFError) as e:  # truncated or not an .npy file
+        raise ArtifactError(
+            f"{tokenizer_dir}: cannot read the SIDs ({type(e).__name__}: {e}); "
+            "run `genret train-tokenizer` again"
+        ) from None
     if sids.ndim != 2 or sids.dtype != np.int32:
-        raise ValueError(f"{path}: expected int32 [N, L+1], got {sids.dtype} {sids.shape}")
+        raise ArtifactError(f"{path}: expected int32 [N, L+1], got {sids.dtype} {sids.shape}")
     if len(asins) != len(sids):
-        raise ValueError(
+        raise ArtifactError(
             f"{tokenizer_dir / ASINS_FILE}: {len(asins)} asins for {len(sids)} SID rows"
         )
     return sids, asins
+
+
+def check_sids_match(
+    asins: list[str],
+    catalog_asins,
+    tokenizer_dir: Path | str,
+    *,
+    sids: np.ndarray | None = None,
+    codebook_size: int | None = None,
+) -> None:
+    """The tokenizer's item order must be the prepared catalog's, else SIDs name wrong items."""
+    if sids is not None and codebook_size is not None:
+        # The code levels must fit the codebook; the last (collision) level may count past it.
+        codes = np.asarray(sids)[:, :-1]
+        if codes.size and codes.max() >= codebook_size:
+            raise ArtifactError(
+                f"{tokenizer_dir}/{SIDS_FILE}: codes reach {codes.max()}, but the config's "
+                f"rqvae.codebook_size is {codebook_size}; retrain the tokenizer with this config"
+            )
+    catalog = [str(a) for a in catalog_asins]
+    if len(asins) != len(catalog):
+        raise ArtifactError(
+            f"{tokenizer_dir}: {len(asins)} SIDs for a prepared catalog of {len(catalog)} items; "
+            "retrain the tokenizer on this prepared dataset"
+        )
+    bad = next((i for i, (a, b) in enumerate(zip(asins, catalog, strict=True)) if a != b), None)
+    if bad is not None:
+        raise ArtifactError(
+            f"{tokenizer_dir}/{ASINS_FILE} line {bad + 1}: {asins[bad]!r}, but the prepared "
+            f"catalog has {catalog[bad]!r}; retrain the tokenizer on this prepared dataset"
+        )

@@ -311,11 +311,11 @@ def train_and_evaluate(
 ) -> dict:
     """Fits the RQ-VAE on embeddings[fit_mask] (default: all), writes SIDs of all items + metrics.
 
-    Writes to `out_dir`: sids.npy, asins.txt, config.json, metrics.json, code_usage.png (with
-    matplotlib) and checkpoints/ (resumed from on the next call with the same inputs).
+    Writes to `out_dir`: sids.npy, asins.txt, config.json, metrics.json and checkpoints/
+    (resumed from on the next call with the same inputs).
     """
     from data import atomic
-    from rqvae import report, sids
+    from rqvae import sids
 
     out_dir = Path(out_dir)
     check_embeddings(embeddings, name="embeddings")
@@ -368,6 +368,5 @@ def train_and_evaluate(
     atomic.write_text(out_dir / sids.ASINS_FILE, "".join(f"{a}\n" for a in asins))
     atomic.save_npy(out_dir / sids.SIDS_FILE, final)
     atomic.write_json(out_dir / "config.json", json_config(cfg))
-    metrics["plot"] = report.plot_code_usage(codes, cfg.codebook_size, out_dir / "code_usage.png")
     atomic.write_json(out_dir / "metrics.json", metrics)
     return metrics

@@ -1,64 +1,127 @@
 """Every orbax call of the retriever: latest and best checkpoints of state + data iterator."""
 
+from collections.abc import Callable
 from pathlib import Path
 
 import grain
 import orbax.checkpoint as ocp
 
+from rqvae.checkpoint import DAMAGED, deferred_interrupt, log_to_stderr, quiet_orbax, set_aside
+
 
 class Checkpoints:
-    """Two managers under `directory`: `latest` (the newest save) and `best` (best validation)."""
+    """Two managers under `directory`: `latest` (the two newest saves) and `best` (best validation).
 
-    def __init__(self, directory: Path):
-        directory = Path(directory).resolve()
-        options = ocp.CheckpointManagerOptions(max_to_keep=1, create=True)
-        self.latest = ocp.CheckpointManager(directory / "latest", options=options)
-        self.best = ocp.CheckpointManager(directory / "best", options=options)
+    A checkpoint that fails to restore (a truncated or missing file) is moved to
+    `directory/damaged/<latest|best>-<step>` with one line to `log`, and the next one is tried.
+    """
+
+    def __init__(self, directory: Path, *, log: Callable[[str], None] = log_to_stderr):
+        self.directory = Path(directory).resolve()
+        self._log = log
+        with quiet_orbax():
+            # Two latest ones, so that a damaged newest one leaves something to resume from.
+            self.latest = ocp.CheckpointManager(
+                self.directory / "latest",
+                options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True),
+            )
+            self.best = ocp.CheckpointManager(
+                self.directory / "best",
+                options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True),
+            )
 
     def save(self, step: int, state, iterator, progress: dict, *, best: bool) -> None:
         """Saves the state, the grain iterator position and the loop's progress record."""
         managers = [self.latest, self.best] if best else [self.latest]
-        for manager in managers:
-            manager.save(
-                step,
-                args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(state),
-                    data=grain.checkpoint.CheckpointSave(iterator),
-                    progress=ocp.args.JsonSave(progress),
-                ),
-            )
-        # Both managers must finish before the next save donates (invalidates) the state buffers.
-        self.wait()
+        with deferred_interrupt():
+            for manager in managers:
+                manager.save(
+                    step,
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardSave(state),
+                        data=grain.checkpoint.CheckpointSave(iterator),
+                        progress=ocp.args.JsonSave(progress),
+                    ),
+                )
+            # Both managers must finish before the next save donates (invalidates) the state
+            # buffers; a Ctrl-C meanwhile is held so no step is left half-written.
+            self.latest.wait_until_finished()
+            self.best.wait_until_finished()
 
     def latest_step(self) -> int | None:
         return self.latest.latest_step()
 
-    def restore_latest(self, abstract_state, iterator):
-        """Restores the state into the abstract target (shapes, shardings) and the iterator."""
-        step = self.latest.latest_step()
-        out = self.latest.restore(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state),
-                data=grain.checkpoint.CheckpointRestore(iterator),
-                progress=ocp.args.JsonRestore(),
-            ),
-        )
-        return out["state"], out["progress"]
+    def restore_latest(self, abstract_state, iterator) -> tuple | None:
+        """(state, progress) of the newest latest checkpoint that restores, with `iterator` at
+        its position; None, and `iterator` untouched, when none does (start over)."""
+        start = iterator.get_state()
+        steps = self._steps("latest")
+        for i, (name, step) in enumerate(steps):
+            try:
+                with quiet_orbax():
+                    out = self.latest.restore(
+                        step,
+                        args=ocp.args.Composite(
+                            state=ocp.args.StandardRestore(abstract_state),
+                            data=grain.checkpoint.CheckpointRestore(iterator),
+                            progress=ocp.args.JsonRestore(),
+                        ),
+                    )
+            except Exception as e:  # orbax, tensorstore, grain and json raise many types
+                self._set_aside(name, step, e, steps[i + 1 :])
+                continue
+            self._drop_best_after(step)
+            return out["state"], out["progress"]
+        iterator.set_state(start)  # a failed attempt may have moved it
+        self._drop_best_after(0)
+        return None
 
     def restore_best_params(self, abstract_state):
-        """The best checkpoint's state (falls back to the latest when no validation ran)."""
-        manager = self.best if self.best.latest_step() is not None else self.latest
-        out = manager.restore(
-            manager.latest_step(),
-            args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)),
-        )
-        return out["state"]
+        """The best checkpoint's state; else (no validation ran, or it is damaged) the newest
+        latest one that restores. FileNotFoundError when none does."""
+        steps = self._steps("best", "latest")
+        for i, (name, step) in enumerate(steps):
+            try:
+                with quiet_orbax():
+                    out = getattr(self, name).restore(
+                        step,
+                        args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)),
+                    )
+            except Exception as e:
+                self._set_aside(name, step, e, steps[i + 1 :])
+                continue
+            return out["state"]
+        why = "none restores (see the lines above)" if steps else "none saved"
+        raise FileNotFoundError(f"{self.directory}: no retriever checkpoint, {why}; train again")
 
     def wait(self) -> None:
-        self.latest.wait_until_finished()
-        self.best.wait_until_finished()
+        with deferred_interrupt():
+            self.latest.wait_until_finished()
+            self.best.wait_until_finished()
 
     def close(self) -> None:
-        self.latest.close()
-        self.best.close()
+        with deferred_interrupt():
+            self.latest.close()
+            self.best.close()
+
+    def _steps(self, *names: str) -> list[tuple[str, int]]:
+        """(manager name, step) pairs to try in order: each manager's newest step first."""
+        return [
+            (name, step)
+            for name in names
+            for step in sorted(getattr(self, name).all_steps(), reverse=True)
+        ]
+
+    def _set_aside(self, name: str, step: int, error: Exception, rest: list) -> None:
+        then = f"trying {rest[0][0]} step {rest[0][1]}" if rest else "none left"
+        if name == "latest" and not rest:
+            then = "starting from step 0"
+        dest = self.directory / DAMAGED / f"{name}-{step}"
+        set_aside(getattr(self, name), step, dest, error, then=then, log=self._log)
+
+    def _drop_best_after(self, step: int) -> None:
+        # Training goes on from `step`: a best checkpoint saved after it belongs to the abandoned
+        # run and would block (orbax skips saves at or before its newest step) the new one.
+        for s in self.best.all_steps():
+            if s > step:
+                self.best.delete(s)

@@ -2,31 +2,32 @@
 
 import dataclasses
 import functools
-import hashlib
 import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
-import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import nnx
-from jaxtyping import Array, Float, Int
+from jax.sharding import Mesh
+from jaxtyping import Array, Float
 from tqdm.auto import tqdm
 
 from data import atomic
-from data.pipeline import HistorySource, batches, pad_rows
-from data.splits import cold_start_split, holdout_last, leave_one_out, validation_split
-from data.types import Histories, InteractionData
-from decoding import BeamResult, LevelScoring, StaticConstraint, StaticIndex, beam_search
+from data.examples import RetrieverData
+from data.fingerprint import fingerprint
+from data.pipeline import HistorySource, batches
+from data.types import Histories
+from decoding import StaticConstraint, StaticIndex
 from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import SeqModelConfig
-from seqmodel.model import Decoder, token_log_likelihood
+from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
+from seqmodel.inference import decode, recall_at_k
+from seqmodel.model import token_log_likelihood
+from seqmodel.state import TrainState, new_train_state
 from seqmodel.tokens import (
     PAD,
     TokenizeExample,
@@ -35,116 +36,6 @@ from seqmodel.tokens import (
     encode_histories,
     sid_tokens,
 )
-
-MODEL_FILE = "retriever.json"
-
-
-@dataclasses.dataclass(frozen=True)
-class RetrieverData:
-    """What training needs: item SIDs, training histories and a validation holdout."""
-
-    sids: np.ndarray  # int32 [N, L+1]
-    codebook_size: int  # V
-    train: Histories
-    valid_histories: Histories
-    valid_targets: np.ndarray  # int32 [M]
-    allowed: np.ndarray  # bool [N]: items a validation beam may return (the non-cold ones)
-
-
-def check_sids_match(
-    asins: list[str],
-    catalog_asins,
-    tokenizer_dir: Path | str,
-    *,
-    sids: np.ndarray | None = None,
-    codebook_size: int | None = None,
-) -> None:
-    """The tokenizer's item order must be the prepared catalog's, else SIDs name wrong items."""
-    if sids is not None and codebook_size is not None:
-        # The code levels must fit the codebook; the last (collision) level may count past it.
-        codes = np.asarray(sids)[:, :-1]
-        if codes.size and codes.max() >= codebook_size:
-            raise ValueError(
-                f"{tokenizer_dir}/sids.npy: codes reach {codes.max()}, but the config's "
-                f"rqvae.codebook_size is {codebook_size}; retrain the tokenizer with this config"
-            )
-    catalog = [str(a) for a in catalog_asins]
-    if len(asins) != len(catalog):
-        raise ValueError(
-            f"{tokenizer_dir}: {len(asins)} SIDs for a prepared catalog of {len(catalog)} items; "
-            "retrain the tokenizer on this prepared dataset"
-        )
-    bad = next((i for i, (a, b) in enumerate(zip(asins, catalog, strict=True)) if a != b), None)
-    if bad is not None:
-        raise ValueError(
-            f"{tokenizer_dir}/asins.txt line {bad + 1}: {asins[bad]!r}, but the prepared "
-            f"catalog has {catalog[bad]!r}; retrain the tokenizer on this prepared dataset"
-        )
-
-
-def cold_start_data(
-    ds: InteractionData,
-    sids: np.ndarray,
-    *,
-    codebook_size: int,
-    fraction: float,
-    cfg: SeqModelConfig,
-    validation: bool = False,
-) -> RetrieverData:
-    """Training histories without any cold-start item, minus a validation holdout of last items.
-
-    validation=True trains for the tuning protocol (data.splits.validation_split): the real cold
-    items are gone and the newest remaining items play the cold set.
-    """
-    split = (validation_split if validation else cold_start_split)(ds, fraction)
-    train, valid_h, valid_t = holdout_last(split.train, max_users=cfg.eval_users, seed=cfg.seed)
-    return RetrieverData(
-        sids=np.asarray(sids, np.int32),
-        codebook_size=codebook_size,
-        train=train,
-        valid_histories=valid_h,
-        valid_targets=valid_t,
-        allowed=~split.cold_mask,
-    )
-
-
-def loo_data(
-    ds: InteractionData, sids: np.ndarray, *, codebook_size: int, cfg: SeqModelConfig
-) -> RetrieverData:
-    """Leave-one-out (TIGER): train on all but the last two items; validate on a seeded sample of
-    eval_users second-to-last items (never a test target); every item allowed."""
-    split = leave_one_out(ds)
-    rng = np.random.default_rng(cfg.seed)
-    rows = np.sort(rng.permutation(len(split.valid_targets))[: cfg.eval_users])
-    return RetrieverData(
-        sids=np.asarray(sids, np.int32),
-        codebook_size=codebook_size,
-        train=split.train,
-        valid_histories=Histories.from_lists([split.valid_histories[int(i)] for i in rows]),
-        valid_targets=split.valid_targets[rows].astype(np.int32),
-        allowed=np.ones(len(sids), bool),
-    )
-
-
-@flax.struct.dataclass
-class TrainState:
-    """Step, parameters and optimizer state; leaves are Any since tree maps hold specs or None."""
-
-    step: Any  # int32 scalar
-    params: Any  # nnx.State
-    opt_state: Any  # optax.OptState
-
-
-def make_optimizer(cfg: SeqModelConfig, total_steps: int) -> optax.GradientTransformation:
-    """AdamW with linear warmup then cosine decay to 10%, after global-norm clipping."""
-    warmup = min(cfg.warmup_steps, max(total_steps - 1, 0))
-    schedule = optax.warmup_cosine_decay_schedule(
-        0.0, cfg.learning_rate, warmup, max(total_steps, warmup + 1), cfg.learning_rate * 0.1
-    )
-    return optax.chain(
-        optax.clip_by_global_norm(cfg.grad_clip),
-        optax.adamw(schedule, weight_decay=cfg.weight_decay),
-    )
 
 
 def loss_fn(
@@ -160,7 +51,13 @@ def loss_fn(
     return nll_sum / jnp.maximum(count, 1.0), {"nll_sum": nll_sum, "count": count}
 
 
-def train_step(graphdef, tx, seed: int, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+def train_step(
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    seed: int,
+    state: TrainState,
+    batch: dict,
+) -> tuple[TrainState, dict]:
     """One AdamW step; dropout keys derive from (seed, step) so a resumed run replays exactly."""
     key = jax.random.fold_in(jax.random.key(seed), state.step)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -176,49 +73,7 @@ def train_step(graphdef, tx, seed: int, state: TrainState, batch: dict) -> tuple
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
-def decode(
-    graphdef: nnx.GraphDef,
-    params,
-    tokens: Int[Array, "B T"],
-    constraint,
-    beam_size: int,
-    scoring: LevelScoring | None = None,
-) -> BeamResult:
-    """Prefill + beam search over the model's step function (call inside jax.jit)."""
-    model = nnx.merge(graphdef, params)
-    log_probs, cache = model.prefill(tokens)
-    return beam_search(
-        model.step,
-        log_probs,
-        cache,
-        constraint,
-        beam_size=beam_size,
-        num_levels=model.space.num_levels,
-        scoring=scoring,
-    )
-
-
-def recall_at_k(
-    decode_fn, params, tokens: np.ndarray, target_sids: np.ndarray, *, batch_size: int, mesh
-) -> float:
-    """Fraction of rows whose target SID is among the valid beams (last batch padded, trimmed)."""
-    U = len(tokens)
-    tokens, targets = pad_rows(tokens, batch_size), pad_rows(target_sids, batch_size)
-    hits = []
-    for b in range(0, len(tokens), batch_size):
-        res = decode_fn(params, sharding.put_batch(tokens[b : b + batch_size], mesh))
-        beams, valid = jax.device_get((res.tokens, res.valid))
-        same = (beams == targets[b : b + batch_size, None, :]).all(-1)
-        hits.append((same & valid).any(-1))
-    return float(np.concatenate(hits)[:U].mean())
-
-
-def init_model(cfg: SeqModelConfig, space: TokenSpace) -> Decoder:
-    """A fresh Decoder; built under jit (eager init compiles every random op separately)."""
-    return nnx.jit(lambda: Decoder(cfg, space, rngs=nnx.Rngs(cfg.seed)))()
-
-
-def training_source(cfg: SeqModelConfig, h: Histories):
+def training_source(cfg: SeqModelConfig, h: Histories) -> HistorySource | WindowSource:
     """One record per user (causal layout) or per (user, target position) (sliding layout)."""
     return HistorySource(h) if cfg.layout == "causal" else WindowSource(h, cfg.max_history)
 
@@ -233,10 +88,8 @@ class TrainResult:
 
 def inputs_fingerprint(cfg: SeqModelConfig, data: RetrieverData) -> str:
     """Hash of the config, SIDs and split: a checkpoint resumes only under the same inputs."""
-    h = hashlib.sha256(json.dumps(dataclasses.asdict(cfg), sort_keys=True).encode())
-    for a in (data.sids, data.train.items, data.train.offsets, data.valid_targets, data.allowed):
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()[:16]
+    arrays = (data.sids, data.train.items, data.train.offsets, data.valid_targets, data.allowed)
+    return fingerprint(dataclasses.asdict(cfg), arrays=arrays)
 
 
 def _start_over_if_inputs_changed(workdir: Path, info: dict, lead: bool) -> None:
@@ -245,17 +98,30 @@ def _start_over_if_inputs_changed(workdir: Path, info: dict, lead: bool) -> None
     if not path.exists() or json.loads(path.read_text()).get("inputs") == info["inputs"]:
         return
     if lead:
-        tqdm.write(f"{workdir}: config, SIDs or split changed since the last run; starting over")
-        shutil.rmtree(workdir / "checkpoints", ignore_errors=True)
-        (workdir / "metrics.jsonl").unlink(missing_ok=True)
+        tqdm.write(
+            f"{workdir}: config, SIDs or split changed since it was trained; retraining it "
+            "from scratch"
+        )
+        shutil.rmtree(workdir / CHECKPOINTS_DIR, ignore_errors=True)
+        (workdir / METRICS_FILE).unlink(missing_ok=True)
+        (workdir / SUMMARY_FILE).unlink(missing_ok=True)
         path.unlink()
 
 
-def _read_metrics(path: Path, upto_step: int) -> list[dict]:
+def read_metrics(path: Path, upto_step: int | None = None) -> list[dict]:
+    """Logged rows (up to a resumed step); a line cut short by a kill is dropped."""
+    upto_step = float("inf") if upto_step is None else upto_step
     if not path.exists():
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["step"] <= upto_step]
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and row.get("step", upto_step + 1) <= upto_step:
+            rows.append(row)
+    return rows
 
 
 def _append(path: Path, rows: list[dict]) -> None:
@@ -269,7 +135,7 @@ def train_and_evaluate(
     data: RetrieverData,
     *,
     stop_after: int | None = None,
-    mesh=None,
+    mesh: Mesh | None = None,
     show_progress: bool = True,
 ) -> TrainResult:
     """Trains (resuming from workdir/checkpoints), validates Recall@K, early-stops, checkpoints.
@@ -293,10 +159,7 @@ def train_and_evaluate(
     transform = TokenizeExample(item_tokens, cfg.max_history, cfg.layout)
     iterator = iter(batches(source, transform, batch_size=cfg.batch_size, seed=cfg.seed))
 
-    model = init_model(cfg, space)
-    graphdef, params = nnx.split(model)
-    tx = make_optimizer(cfg, total)
-    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+    graphdef, tx, state = new_train_state(cfg, space, total)
     state = jax.device_put(state, sharding.replicated(mesh))
     # Several hosts: every process trains; only process 0 writes the run's files.
     lead = jax.process_index() == 0
@@ -307,7 +170,7 @@ def train_and_evaluate(
         "inputs": inputs_fingerprint(cfg, data),
     }
     _start_over_if_inputs_changed(workdir, info, lead)
-    ckpts = Checkpoints(workdir / "checkpoints")
+    ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
     progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
     if ckpts.latest_step() is not None:
         abstract = jax.tree.map(
@@ -317,8 +180,8 @@ def train_and_evaluate(
     step = int(jax.device_get(state.step))
     if lead:
         atomic.write_json(workdir / MODEL_FILE, info)
-    metrics_path = workdir / "metrics.jsonl"
-    rows = _read_metrics(metrics_path, step)
+    metrics_path = workdir / METRICS_FILE
+    rows = read_metrics(metrics_path, step)
     if lead:
         atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
 
@@ -391,7 +254,6 @@ def train_and_evaluate(
     bar.close()
     ckpts.wait()
     ckpts.close()
-    rows = _read_metrics(metrics_path, step)
     summary = {
         "steps": step,
         "total_steps": total,
@@ -404,8 +266,7 @@ def train_and_evaluate(
         "devices": int(mesh.devices.size),
     }
     if lead:
-        atomic.write_json(workdir / "train_summary.json", summary)
-        plot_losses(rows, workdir / "loss.png")
+        atomic.write_json(workdir / SUMMARY_FILE, summary)
     return TrainResult(state=state, summary=summary)
 
 
@@ -417,67 +278,3 @@ def _host_row(step: int, metrics: dict) -> dict:
         "grad_norm": float(m["grad_norm"]),
         "tokens": int(m["tokens"]),
     }
-
-
-def plot_losses(rows: list[dict], path: Path) -> None:
-    """Training loss per step and validation recall, one PNG (skipped without matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    train = [(r["step"], r["loss"]) for r in rows if "loss" in r]
-    evals = [(r["step"], v) for r in rows for k, v in r.items() if k.startswith("valid_recall")]
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-    if train:
-        ax.plot(*zip(*train, strict=True), lw=0.8, label="train loss (nats/token)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    if evals:
-        ax2 = ax.twinx()
-        ax2.plot(*zip(*evals, strict=True), "o-", color="C1", label="valid Recall@K")
-        ax2.set_ylabel("valid Recall@K")
-    fig.legend(loc="upper right")
-    fig.tight_layout()
-    with atomic.atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
-
-
-def load_retriever(retriever_dir: Path | str) -> Decoder:
-    """The best checkpoint's model from a `train_and_evaluate` work directory."""
-    retriever_dir = Path(retriever_dir)
-    path = retriever_dir / MODEL_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no trained retriever; run `genret train-retriever` first")
-    info = json.loads(path.read_text())
-    cfg = SeqModelConfig(**info["seqmodel"])
-    space = TokenSpace(num_levels=info["num_levels"], codebook_size=info["codebook_size"])
-    graphdef, params = nnx.split(init_model(cfg, space))
-    tx = make_optimizer(cfg, 1)  # only the optimizer state's structure matters here
-    abstract = jax.eval_shape(
-        lambda p: TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=tx.init(p)), params
-    )
-    ckpts = Checkpoints(retriever_dir / "checkpoints")
-    try:
-        state = ckpts.restore_best_params(abstract)
-    finally:
-        ckpts.close()
-    return nnx.merge(graphdef, state.params)
-
-
-def retrieval_fn(
-    model: Decoder, constraint, *, beam_size: int, scoring: LevelScoring | None = None
-):
-    """A jitted `tokens [B, T] -> (beam SIDs [B, K, L], scores [B, K], valid [B, K])`; beams are
-    ranked by `scoring` when given (decoding.scoring), else by their joint log-probability."""
-    graphdef, params = nnx.split(model)
-    fn = jax.jit(lambda p, c, s, t: decode(graphdef, p, t, c, beam_size, s))
-
-    def run(tokens):
-        result = fn(params, constraint, scoring, jnp.asarray(tokens))
-        return result.tokens, result.scores, result.valid
-
-    return run

@@ -99,7 +99,7 @@ def test_cold_start_scoring_reports_plain_static_beside(workdir, capsys):
         capsys.readouterr()
         assert cli.main([*argv, *bad]) == 1
         err = capsys.readouterr().err
-        assert "eval.cold_level_weights" in err and "expected 4 values" in err
+        assert "eval.cold_level_weights" in err and "2 weights for 4 SID levels" in err
     finally:  # later tests in this module expect the plain scores
         assert cli.main([*argv, *plain_set]) == 0
 

@@ -1,8 +1,10 @@
 """Evaluation engine: interleaved decoding with padding, per-method metrics, the random baseline."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from decoding import BeamResult
 from experiments import evaluate, metrics
 
 SIDS = np.array([[0, 0], [0, 1], [1, 0], [1, 1]])
@@ -18,7 +20,7 @@ def _decoder(first_code):
         tokens[:, 0, 1] = batch[:, 0] % 2
         scores = np.tile(np.array([-1.0, -np.inf], np.float32), (B, 1))
         valid = np.tile(np.array([True, False]), (B, 1))
-        return tokens, scores, valid
+        return BeamResult(jnp.asarray(tokens), jnp.asarray(scores), jnp.asarray(valid))
 
     return fn
 

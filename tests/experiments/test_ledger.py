@@ -1,6 +1,10 @@
 """Stage ledger: skip when up to date; rerun downstream after an upstream or output change."""
 
-from experiments import stages
+import pytest
+
+from data.errors import StageError
+from data.fingerprint import file_digest
+from experiments import ledger as stages
 
 
 def _writer(tmp_path, calls, name):
@@ -22,23 +26,25 @@ def _make(tmp_path, calls, a_param=1):
 
 def test_second_run_skips_everything(tmp_path):
     calls = []
-    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
-    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
+    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
+    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
     assert calls == ["a", "b"]
 
 
 def test_upstream_change_reruns_downstream(tmp_path):
     calls = []
-    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
-    stages.run_stages(_make(tmp_path, calls, a_param=2), tmp_path, log=lambda s: None)
+    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
+    stages.run_stages(
+        _make(tmp_path, calls, a_param=2), tmp_path / "stages.json", log=lambda s: None
+    )
     assert calls == ["a", "b", "a", "b"]
 
 
 def test_missing_output_reruns_only_that_stage(tmp_path):
     calls = []
-    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
+    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
     (tmp_path / "b").unlink()
-    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
+    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
     assert calls == ["a", "b", "b"]
 
 
@@ -50,20 +56,20 @@ def test_killed_stage_is_not_recorded(tmp_path):
 
     failing = [stages.Stage("a", (), (tmp_path / "a",), boom)]
     try:
-        stages.run_stages(failing, tmp_path, log=lambda s: None)
+        stages.run_stages(failing, tmp_path / "stages.json", log=lambda s: None)
     except KeyboardInterrupt:
         pass
-    assert "a" not in stages.Ledger(tmp_path).entries
-    stages.run_stages(_make(tmp_path, calls), tmp_path, log=lambda s: None)
+    assert "a" not in stages.Ledger(tmp_path / "stages.json").entries
+    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
     assert calls == ["a", "b"]
 
 
 def test_file_digest_tracks_content(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x").write_text("1")
-    first = stages.file_digest(tmp_path / "d")
+    first = file_digest(tmp_path / "d")
     (tmp_path / "d" / "x").write_text("2")
-    assert stages.file_digest(tmp_path / "d") != first
+    assert file_digest(tmp_path / "d") != first
 
 
 def test_independent_branches_do_not_rerun_each_other(tmp_path):
@@ -77,6 +83,35 @@ def test_independent_branches_do_not_rerun_each_other(tmp_path):
 
         return [stage("root"), stage("x", (p,), ("root",)), stage("y", (), ("root",))]
 
-    stages.run_stages(make(1), tmp_path, log=lambda s: None)
-    stages.run_stages(make(2), tmp_path, log=lambda s: None)
+    stages.run_stages(make(1), tmp_path / "stages.json", log=lambda s: None)
+    stages.run_stages(make(2), tmp_path / "stages.json", log=lambda s: None)
     assert calls == ["root", "x", "y", "x"]
+
+
+def test_output_that_no_longer_loads_reruns(tmp_path):
+    calls, logs = [], []
+
+    def check():
+        if (tmp_path / "a").read_text() != "a":
+            raise ValueError("truncated")
+
+    def make():
+        return [
+            stages.Stage("a", (), (tmp_path / "a",), _writer(tmp_path, calls, "a"), check=check)
+        ]
+
+    stages.run_stages(make(), tmp_path / "stages.json", log=logs.append)
+    (tmp_path / "a").write_text("")  # same key, output present, but damaged
+    stages.run_stages(make(), tmp_path / "stages.json", log=logs.append)
+    assert calls == ["a", "a"]
+    assert any("no longer loads" in line and "truncated" in line for line in logs), logs
+
+
+def test_stage_failure_names_the_stage(tmp_path):
+    def boom():
+        raise ValueError("bad line 3\nmore detail")
+
+    failing = [stages.Stage("tokenizer", (), (tmp_path / "a",), boom)]
+    with pytest.raises(StageError, match=r"^stage tokenizer: ValueError: bad line 3$"):
+        stages.run_stages(failing, tmp_path / "stages.json", log=lambda s: None)
+    assert not (tmp_path / "stages.json").exists()

@@ -90,3 +90,28 @@ def test_real_data_stats_acceptance(amazon_root, tmp_path, capsys):
     assert s["cold_start"]["0.02"]["test_users"] == 1548
     assert s["cold_start"]["0.05"]["cold_items"] == 606
     assert s["cold_start"]["0.05"]["test_users"] == 3493
+
+
+def test_tiny_preset_on_any_amazon_category_and_on_your_own_table(tmp_path, capsys):
+    from tests.data.conftest import INTERACTIONS, ITEMS, make_two_category_dir
+
+    both = make_two_category_dir(tmp_path)
+    w = tmp_path / "w"
+    argv = ["prepare", "--dataset", "amazon2014", "--category", "Tiny", "--raw-dir", str(both)]
+    argv += ["--config", "tiny", "--workdir", str(w), "--set", "data.five_core=false"]
+    assert cli.main(argv) == 0
+    saved = json.loads((w / "config.json").read_text())
+    assert saved["name"] == "tiny" and saved["data"]["dataset"] == "amazon2014"
+    assert saved["data"]["category"] == "Tiny" and saved["data"]["raw_dir"] == str(both)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "interactions.csv").write_text(INTERACTIONS)
+    (mine / "items.csv").write_text(ITEMS)
+    w2 = tmp_path / "w2"
+    argv = ["prepare", "--dataset", "interactions", "--raw-dir", str(mine), "--config", "tiny"]
+    assert cli.main([*argv, "--workdir", str(w2), "--set", "data.five_core=false"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["prepared"] == str(w2 / "prepared")
+    # A later command on the same work directory takes the saved dataset, not a preset's.
+    assert cli.main(["data-stats", "--workdir", str(w2)]) == 0
+    assert json.loads(capsys.readouterr().out)["users"] == 3

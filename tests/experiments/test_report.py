@@ -1,6 +1,13 @@
 """The cold-start table: the paper's Recall@1 beside test-split results only."""
 
+import dataclasses
+import json
+
+import pytest
+
+from experiments import config as config_lib
 from experiments import report
+from experiments.layout import RunLayout
 
 
 def _result(split):
@@ -45,3 +52,36 @@ def test_plain_static_row_and_scoring_note_when_scored():
     assert "prior weight 0.5" in note and "1, 1, 0.25, 0.25" in note
     assert report.scoring_note([_result("test")]) == ""
     assert "static_plain" not in report.cold_start_table([_result("test")])
+
+
+def _write_results(layout, dataset):
+    layout.results.mkdir(parents=True)
+    res = _result("test")
+    res["dataset"] = dataset
+    layout.cold_start_result(0.02).write_text(json.dumps(res))
+    m = {"recall@5": 0.01, "ndcg@5": 0.01, "recall@10": 0.02, "ndcg@10": 0.01}
+    layout.warm_result.write_text(json.dumps({"dataset": dataset, "methods": {"static": m}}))
+
+
+@pytest.mark.parametrize(
+    ("data", "paper_shown"),
+    [
+        ({"dataset": "beauty"}, True),
+        ({"dataset": "amazon2014", "category": "Beauty"}, True),
+        ({"dataset": "amazon2014", "category": "Cell_Phones_and_Accessories"}, False),
+        ({"dataset": "interactions", "raw_dir": "/data/mine"}, False),
+        ({"dataset": "synthetic"}, False),
+    ],
+)
+def test_report_shows_paper_numbers_only_for_their_datasets_and_names_the_preset(
+    tmp_path, data, paper_shown
+):
+    cfg = config_lib.load_preset("tiny")
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **data))
+    layout = RunLayout(tmp_path)
+    _write_results(layout, data["dataset"])
+    report.write_report(cfg, layout)
+    text = layout.report.read_text()
+    assert ("4.29" in text) == paper_shown  # STATIC's Beauty 2% Recall@1
+    assert ("TIGER (paper)" in text) == paper_shown
+    assert "Preset: `tiny`" in text and '"dataset": "' + data["dataset"] + '"' in text

@@ -73,9 +73,13 @@ def test_unknown_config_key_is_one_line_error(prepared_workdir, capsys):
 def test_cold_start_fraction_out_of_range_or_misplaced_is_an_error(prepared_workdir, capsys):
     argv = ["train-retriever", "--workdir", str(prepared_workdir)]
     assert cli.main([*argv, "--cold-start", "2"]) == 1
-    assert "--cold-start: expected a fraction" in capsys.readouterr().err
+    assert "--cold-start: expected a fraction in (0, 0.5]" in capsys.readouterr().err
+    # The one fraction rule: 0.7 trains nothing, since no evaluation could accept it.
+    assert cli.main([*argv, "--cold-start", "0.7"]) == 1
+    assert "--cold-start: expected a fraction in (0, 0.5], got 0.7" in capsys.readouterr().err
+    assert not (prepared_workdir / "retriever_cold_0.7").exists()
     assert cli.main(argv) == 1
-    assert "--cold-start: expected a fraction in (0, 1), got None" in capsys.readouterr().err
+    assert "--cold-start: required with --split cold" in capsys.readouterr().err
     assert cli.main([*argv, "--split", "loo", "--cold-start", "0.02"]) == 1
     assert "not used with --split loo" in capsys.readouterr().err
 
@@ -95,7 +99,7 @@ def test_train_retriever_end_to_end_then_resume_is_a_no_op(prepared_workdir, cap
     assert cli.main([*argv, "--no-progress"]) == 0  # resumes from config.json: nothing left
     assert json.loads(capsys.readouterr().out)["steps"] == 4
 
-    from seqmodel.train import load_retriever
+    from seqmodel.inference import load_retriever
 
     model = load_retriever(out)
     assert model.cfg.d_model == 16

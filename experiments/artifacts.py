@@ -1,0 +1,68 @@
+"""Reading a work directory's artifacts, each checked: a missing or damaged one is an
+ArtifactError that names it and the command that makes it again."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+import rqvae
+from data import prepared
+from data.errors import ArtifactError
+from data.types import InteractionData
+from experiments.config import Config
+from experiments.layout import RunLayout, Split
+from rqvae.sids import check_sids_match
+from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE
+from seqmodel.model import Decoder
+
+_loaded: dict[str, tuple[str, InteractionData]] = {}
+
+
+def load_dataset(layout: RunLayout) -> InteractionData:
+    """The prepared dataset, read once per process while its content key is unchanged."""
+    key_file = layout.require(
+        layout.prepared / prepared.KEY_FILE, f"genret prepare --workdir {layout.root}"
+    )
+    path, key = str(layout.prepared.resolve()), key_file.read_text()
+    if path not in _loaded or _loaded[path][0] != key:
+        _loaded.clear()
+        try:
+            _loaded[path] = (key, prepared.load_prepared(layout.prepared))
+        except (OSError, ValueError, KeyError) as e:
+            raise ArtifactError(
+                f"{layout.prepared}: the prepared dataset does not load ({type(e).__name__}: "
+                f"{e}); delete it and run `genret prepare --workdir {layout.root}`"
+            ) from None
+    return _loaded[path][1]
+
+
+def load_sids(cfg: Config, layout: RunLayout, ds: InteractionData) -> np.ndarray:
+    """The tokenizer's SIDs, checked against the prepared catalog and the config's codebook."""
+    layout.require(layout.sids, f"genret train-tokenizer --workdir {layout.root}")
+    sids, asins = rqvae.load_sids(layout.tokenizer)
+    check_sids_match(
+        asins, ds.catalog.asins, layout.tokenizer, sids=sids, codebook_size=cfg.rqvae.codebook_size
+    )
+    return np.asarray(sids, np.int32)
+
+
+def load_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Decoder:
+    """The best checkpoint's Decoder of `split` (or of `retriever_dir`)."""
+    from seqmodel.inference import load_retriever as load
+
+    rdir = layout.retriever(split) if retriever_dir is None else Path(retriever_dir)
+    command = split.train_command(layout.root)
+    layout.require(rdir / MODEL_FILE, command)
+    layout.require(rdir / CHECKPOINTS_DIR, command)
+    return load(rdir)
+
+
+def load_json_result(path: Path) -> dict:
+    """A results file, or an ArtifactError naming it (the ledger's check of an evaluation)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ArtifactError(
+            f"{path}: cannot be read ({type(e).__name__}); rerun the stage that writes it"
+        ) from None

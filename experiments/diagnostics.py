@@ -1,0 +1,180 @@
+"""Tuning diagnostics on the validation protocol only (never a test target): STATIC Recall@K of
+several cold-val retrievers alone and as an ensemble, with a training-prior correction, and where
+the first retriever loses its Recall@1, level by level."""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from data import atomic
+from data.errors import ArgumentError
+from data.pipeline import padded_batches
+from data.splits import validation_split
+from decoding import (
+    BeamResult,
+    Constraint,
+    LevelScoring,
+    StaticConstraint,
+    StaticIndex,
+    prior_correction,
+)
+from decoding.beam_search import beam_search
+from experiments import evaluate, metrics
+from experiments.artifacts import load_retriever
+from experiments.config import Config
+from experiments.layout import RunLayout, Split
+from experiments.retrieval_eval import evaluated_inputs, load_inputs
+from seqmodel.model import Decoder
+
+
+def ensemble_decoder(
+    models: list[Decoder], constraint: Constraint, *, beam_size: int
+) -> Callable[[np.ndarray, LevelScoring | None], BeamResult]:
+    """A `(tokens, scoring) -> BeamResult` over averaged per-level log-probs; `scoring` is a
+    decoding.LevelScoring, or None for the joint log-probability. The models' parameters and the
+    constraint are arguments of the compiled function, not constants inside it."""
+    num_levels = models[0].space.num_levels
+    graphdefs, params = zip(*(nnx.split(m) for m in models), strict=True)
+    params, constraint = jax.device_put((params, constraint))
+
+    def mean_log_probs(parts):
+        return jax.nn.log_softmax(sum(parts) / len(parts), axis=-1)
+
+    @jax.jit
+    def run(params, constraint, tokens, scoring) -> BeamResult:
+        ms = [nnx.merge(g, p) for g, p in zip(graphdefs, params, strict=True)]
+        prefilled = [m.prefill(tokens) for m in ms]
+        first = mean_log_probs([lp for lp, _ in prefilled])
+
+        def step(codes, level, caches):
+            outs = [m.step(codes, level, c) for m, c in zip(ms, caches, strict=True)]
+            return mean_log_probs([o[0] for o in outs]), tuple(o[1] for o in outs)
+
+        caches = tuple(c for _, c in prefilled)
+        return beam_search(
+            step,
+            first,
+            caches,
+            constraint,
+            beam_size=beam_size,
+            num_levels=num_levels,
+            scoring=scoring,
+        )
+
+    return lambda tokens, scoring: run(params, constraint, jax.device_put(tokens), scoring)
+
+
+def level_accuracy(
+    model: Decoder,
+    inputs: np.ndarray,
+    target_sids: np.ndarray,
+    cold_sids: np.ndarray,
+    batch_size: int,
+) -> list[dict]:
+    """Teacher-forced: per level, how often the true code scores best among the cold codes
+    allowed under the true prefix, given every earlier level was right."""
+    L = model.space.num_levels
+    graphdef, params = nnx.split(model)
+
+    @jax.jit
+    def all_levels(params, tokens, tsids):
+        m = nnx.merge(graphdef, params)
+        lp, cache = m.prefill(tokens)
+        out = [lp]
+        for level in range(1, L):
+            # One beam per row: the step function takes [B, K] codes and a [B, K, ...] cache.
+            one_beam = jax.tree.map(lambda a: a[:, None], cache)
+            lp, cache = m.step(tsids[:, level - 1 : level], level, one_beam)
+            cache = jax.tree.map(lambda a: a[:, 0], cache)
+            out.append(lp[:, 0])
+        return jnp.stack(out, 1)
+
+    params = jax.device_put(params)
+    lp = np.concatenate(
+        [
+            np.asarray(all_levels(params, *jax.device_put((tokens, tsids))))
+            for tokens, tsids in padded_batches(inputs, target_sids, batch_size=batch_size)
+        ]
+    )[: len(target_sids)]
+    still = np.ones(len(target_sids), bool)
+    rows = []
+    for level in range(L):
+        right, allowed = np.zeros(len(still), bool), np.zeros(len(still))
+        for u in np.nonzero(still)[0]:
+            under = (cold_sids[:, :level] == target_sids[u, :level]).all(1)
+            codes = np.unique(cold_sids[under, level])
+            allowed[u] = len(codes)
+            right[u] = codes[np.argmax(lp[u, level, codes])] == target_sids[u, level]
+        rows.append(
+            {
+                "level": level,
+                "users_reaching": int(still.sum()),
+                "accuracy_given_prefix": float(right[still].mean()),
+                "mean_allowed_codes": float(allowed[still].mean()),
+            }
+        )
+        still &= right
+    return rows
+
+
+def diagnose(
+    cfg: Config,
+    layout: RunLayout,
+    fraction: float,
+    *,
+    retrievers: list[Path] = (),
+    prior_weights: tuple[float, ...] = (),
+    beam_size: int | None = None,
+    batch_size: int = 128,
+) -> dict:
+    """Scores the cold-val retrievers (default: the work directory's) and writes the diagnosis."""
+    split_name = Split("cold-val", fraction)
+    ds, sids = load_inputs(cfg, layout)
+    split = validation_split(ds, fraction)
+    rdirs = list(retrievers) or [layout.retriever(split_name)]
+    models = [load_retriever(layout, split_name, Path(r)) for r in rdirs]
+    first = models[0]
+    for r, m in zip(rdirs, models, strict=True):
+        if (m.space, m.cfg.max_history) != (first.space, first.cfg.max_history):
+            raise ArgumentError(f"--retriever {r}: its token space differs from {rdirs[0]}'s")
+    V = first.space.codebook_size
+    # The evaluation's settings (users sampled, beam, index layout), so the numbers are its numbers.
+    targets, inputs = evaluated_inputs(first, sids, split, cfg.eval, rdirs[0])
+    cold = sids[split.cold_items]
+    index = StaticIndex.build(cold, vocab_size=V, dense_levels=cfg.decode.dense_levels)
+    constraint = StaticConstraint(index)
+    beam_size = beam_size or cfg.eval.beam_size
+    lookup = metrics.SIDLookup(sids, V)
+
+    decoders = {}  # one jitted decoder per model set, reused across prior weights
+
+    def score(ms, scoring=None):
+        key = tuple(map(id, ms))
+        if key not in decoders:
+            decoders[key] = ensemble_decoder(ms, constraint, beam_size=beam_size)
+        dec = decoders[key]
+        methods = {"static": lambda tokens: dec(tokens, scoring)}
+        decoded = evaluate.decode_interleaved(
+            methods, inputs, lookup, batch_size=batch_size, desc="diagnose"
+        )
+        return evaluate.method_metrics(
+            decoded["static"], targets, split.cold_mask, allowed_key="cold_rate"
+        )
+
+    out = {"cold_start_fraction": fraction, "num_cold_items": len(cold), "num_users": len(targets)}
+    out["retrievers"] = {str(r): score([m]) for r, m in zip(rdirs, models, strict=True)}
+    if len(models) > 1:
+        out["ensemble"] = score(models)
+    if prior_weights:
+        events = sids[split.train.items]
+        out["prior_corrected"] = {
+            str(a): score(models[:1], prior_correction(events, V, prior_weight=a))
+            for a in prior_weights
+        }
+    out["levels"] = level_accuracy(first, inputs, sids[targets], cold, batch_size)
+    atomic.write_json(layout.diagnose_result(fraction), out)
+    return out

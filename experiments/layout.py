@@ -1,0 +1,144 @@
+"""The run layout: every artifact of a work directory named once, and the split a retriever is
+trained on (with the one rule for cold-start fractions)."""
+
+import dataclasses
+from pathlib import Path
+
+from data.errors import ArgumentError, ArtifactError
+from data.splits import check_fraction
+from rqvae.sids import ASINS_FILE, SIDS_FILE
+from seqmodel import files as retriever_files
+
+SPLIT_KINDS = ("cold", "cold-val", "loo")
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Which split a retriever trains on: cold (test protocol), cold-val (tuning), loo (TIGER)."""
+
+    kind: str
+    fraction: float | None = None
+
+    def __post_init__(self):
+        if self.kind not in SPLIT_KINDS:
+            kinds = ", ".join(SPLIT_KINDS)
+            raise ArgumentError(f"--split: expected one of {kinds}, got {self.kind!r}")
+        if self.kind == "loo":
+            if self.fraction is not None:
+                raise ArgumentError("--cold-start: not used with --split loo")
+        elif self.fraction is None:
+            raise ArgumentError(f"--cold-start: required with --split {self.kind}")
+        else:
+            object.__setattr__(self, "fraction", check_fraction(self.fraction))
+
+    @property
+    def name(self) -> str:
+        """The directory suffix: cold_0.02, coldval_0.02 or loo."""
+        if self.kind == "loo":
+            return "loo"
+        return f"{'coldval' if self.validation else 'cold'}_{self.fraction:g}"
+
+    @property
+    def validation(self) -> bool:
+        return self.kind == "cold-val"
+
+    def train_command(self, root: Path) -> str:
+        """The command that trains this split's retriever in `root`."""
+        if self.kind == "loo":
+            return f"genret train-retriever --workdir {root} --split loo"
+        val = "--split cold-val " if self.validation else ""
+        return f"genret train-retriever --workdir {root} {val}--cold-start {self.fraction:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunLayout:
+    """Paths of a work directory's artifacts; nothing else spells one."""
+
+    root: Path
+
+    def __post_init__(self):
+        root = Path(self.root)
+        object.__setattr__(self, "root", root)
+        if root.exists() and not root.is_dir():
+            raise ArgumentError(f"--workdir {root}: is a file, expected a directory")
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / "stages.json"
+
+    @property
+    def raw(self) -> Path:
+        """Generated raw files (synthetic dataset only)."""
+        return self.root / "raw"
+
+    @property
+    def prepared(self) -> Path:
+        return self.root / "prepared"
+
+    @property
+    def embeddings(self) -> Path:
+        return self.root / "embeddings"
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.root / "tokenizer"
+
+    @property
+    def sids(self) -> Path:
+        return self.tokenizer / SIDS_FILE
+
+    @property
+    def asins(self) -> Path:
+        return self.tokenizer / ASINS_FILE
+
+    @property
+    def tokenizer_metrics(self) -> Path:
+        return self.tokenizer / "metrics.json"
+
+    @property
+    def code_usage_plot(self) -> Path:
+        return self.tokenizer / "code_usage.png"
+
+    def retriever(self, split: Split) -> Path:
+        return self.root / f"retriever_{split.name}"
+
+    def retriever_model(self, split: Split) -> Path:
+        return self.retriever(split) / retriever_files.MODEL_FILE
+
+    def retriever_summary(self, split: Split) -> Path:
+        return self.retriever(split) / retriever_files.SUMMARY_FILE
+
+    def retriever_metrics(self, split: Split) -> Path:
+        return self.retriever(split) / retriever_files.METRICS_FILE
+
+    def retriever_plot(self, split: Split) -> Path:
+        return self.retriever(split) / "loss.png"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results"
+
+    def cold_start_result(self, fraction: float, *, validation: bool = False) -> Path:
+        prefix = "validation_" if validation else ""
+        return self.results / f"{prefix}cold_start_{fraction:g}.json"
+
+    @property
+    def warm_result(self) -> Path:
+        return self.results / "warm.json"
+
+    def diagnose_result(self, fraction: float) -> Path:
+        return self.results / f"validation_diagnose_{fraction:g}.json"
+
+    @property
+    def report(self) -> Path:
+        return self.results / "report.md"
+
+    def require(self, path: Path, command: str) -> Path:
+        """`path`, or an ArtifactError naming it and the command that makes it."""
+        if not path.exists():
+            raise ArtifactError(f"{path} is missing; make it with `{command}`")
+        return path

@@ -1,0 +1,144 @@
+"""The stages as library functions of (resolved config, run layout): each checks its inputs,
+does its work and returns what it wrote. `genret <command>` calls one; `genret pipeline` calls
+them in order, in one process, so the prepared dataset is loaded once per run."""
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import jax
+
+import rqvae
+from data import atomic, prepared
+from data.config import amazon_category
+from data.errors import ArgumentError, ArtifactError
+from data.examples import cold_start_examples, loo_examples
+from experiments import config as config_lib
+from experiments import plots, report, retrieval_eval
+from experiments.artifacts import load_dataset, load_sids
+from experiments.config import Config
+from experiments.layout import RunLayout, Split
+
+# Where the real files live on development machines and in CI (see README).
+DEFAULT_AMAZON_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "amazon2014"
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What a stage wrote: its artifacts, and a summary for the terminal."""
+
+    paths: tuple[Path, ...]
+    summary: dict
+
+
+def save_config(cfg: Config, layout: RunLayout) -> None:
+    """config.json := the config of the last stage that finished (process 0 only)."""
+    if jax.process_index() != 0:
+        return
+    text = json.dumps(config_lib.to_dict(cfg), indent=2) + "\n"
+    if not layout.config.is_file() or layout.config.read_text() != text:
+        atomic.write_text(layout.config, text)
+
+
+def raw_dir_of(cfg: Config, layout: RunLayout) -> Path:
+    """The folder the prepare stage reads (for synthetic data: generates)."""
+    data = cfg.data
+    if data.dataset == "synthetic":
+        return Path(data.raw_dir) if data.raw_dir else layout.raw
+    if data.raw_dir:
+        return Path(data.raw_dir)
+    if amazon_category(data):
+        return DEFAULT_AMAZON_ROOT / amazon_category(data)
+    raise ArgumentError(f"--raw-dir: required with --dataset {data.dataset}")
+
+
+def prepare(cfg: Config, layout: RunLayout) -> Written:
+    """Raw files -> the prepared dataset (reused while the raw files and data config match)."""
+    out = prepared.prepare(cfg.data, raw_dir_of(cfg, layout), layout.prepared)
+    summary = json.loads((out / "report.json").read_text())
+    return Written((out,), {"prepared": str(out), **summary})
+
+
+def train_tokenizer(cfg: Config, layout: RunLayout, *, progress: bool = True) -> Written:
+    """Item texts -> embeddings -> RQ-VAE -> SIDs of every item, in the tokenizer directory."""
+    from rqvae.pipeline import summary, tokenize_catalog
+
+    ds = load_dataset(layout)
+    # MiniLM loads from the model files inside its package; never ask a hub.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    metrics = tokenize_catalog(
+        cfg.rqvae,
+        ds.catalog,
+        layout.tokenizer,
+        cache_dir=layout.embeddings,
+        cold_fraction=max(cfg.eval.cold_start_fractions),
+        progress=progress,
+    )
+    sids, _ = rqvae.load_sids(layout.tokenizer)
+    plot = plots.code_usage(sids[:, :-1], cfg.rqvae.codebook_size, layout.code_usage_plot)
+    paths = (layout.sids, layout.asins, layout.tokenizer_metrics) + ((plot,) if plot else ())
+    return Written(paths, {"tokenizer": str(layout.tokenizer), **summary(metrics)})
+
+
+def train_retriever(
+    cfg: Config, layout: RunLayout, split: Split, *, progress: bool = True
+) -> Written:
+    """The decoder retriever of `split`, trained (or resumed) in its directory."""
+    from seqmodel.train import read_metrics, train_and_evaluate
+
+    ds = load_dataset(layout)
+    sids = load_sids(cfg, layout, ds)
+    V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
+    seq = cfg.seqmodel
+    if split.kind == "loo":
+        data = loo_examples(ds, sids, codebook_size=V, eval_users=seq.eval_users, seed=seq.seed)
+    else:
+        data = cold_start_examples(
+            ds,
+            sids,
+            codebook_size=V,
+            fraction=split.fraction,
+            eval_users=seq.eval_users,
+            seed=seq.seed,
+            validation=split.validation,
+        )
+    result = train_and_evaluate(seq, layout.retriever(split), data, show_progress=progress)
+    paths = [layout.retriever_summary(split), layout.retriever_model(split)]
+    if jax.process_index() == 0:
+        rows = read_metrics(layout.retriever_metrics(split))
+        plot = plots.loss_curve(rows, layout.retriever_plot(split))
+        paths += [plot] if plot else []
+    return Written(tuple(paths), {"retriever": str(layout.retriever(split)), **result.summary})
+
+
+def evaluate_cold_start(
+    cfg: Config,
+    layout: RunLayout,
+    fraction: float,
+    *,
+    validation: bool = False,
+    batch_size: int = 64,
+) -> Written:
+    """Unconstrained vs constrained random vs STATIC over the cold set (or the validation set)."""
+    result = retrieval_eval.evaluate_cold_start(
+        cfg, layout, fraction, batch_size=batch_size, validation=validation
+    )
+    return Written((layout.cold_start_result(fraction, validation=validation),), result)
+
+
+def evaluate_warm(cfg: Config, layout: RunLayout, *, batch_size: int = 64) -> Written:
+    """TIGER's leave-one-out Recall/NDCG@5/10 of the leave-one-out retriever."""
+    result = retrieval_eval.evaluate_warm(cfg, layout, batch_size=batch_size)
+    return Written((layout.warm_result,), result)
+
+
+def write_report(cfg: Config, layout: RunLayout) -> Written:
+    """results/report.md (and its plots) from the results present."""
+    if not layout.results.is_dir():
+        raise ArtifactError(
+            f"{layout.results}: no results yet; run `genret pipeline --workdir {layout.root}`"
+        )
+    paths = report.write_report(cfg, layout)
+    return Written(tuple(paths), {"report": str(layout.report)})

@@ -1,0 +1,106 @@
+"""A trained retriever at work: loading its best checkpoint, prefill + beam search decoding, and
+validation recall; every jitted function takes the parameters as an argument."""
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+from jaxtyping import Array, Int, PyTree
+
+from data.errors import ArtifactError
+from data.pipeline import padded_batches
+from decoding import BeamResult, Constraint, LevelScoring, beam_search
+from seqmodel import sharding
+from seqmodel.checkpoint import Checkpoints
+from seqmodel.config import SeqModelConfig
+from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE
+from seqmodel.model import Decoder
+from seqmodel.state import abstract_train_state
+from seqmodel.tokens import TokenSpace
+
+
+def decode(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    tokens: Int[Array, "B T"],
+    constraint: Constraint,
+    beam_size: int,
+    scoring: LevelScoring | None = None,
+) -> BeamResult:
+    """Prefill + beam search over the model's step function (call inside jax.jit)."""
+    model = nnx.merge(graphdef, params)
+    log_probs, cache = model.prefill(tokens)
+    return beam_search(
+        model.step,
+        log_probs,
+        cache,
+        constraint,
+        beam_size=beam_size,
+        num_levels=model.space.num_levels,
+        scoring=scoring,
+    )
+
+
+def recall_at_k(
+    decode_fn: Callable[[PyTree, jax.Array], BeamResult],
+    params: PyTree,
+    tokens: np.ndarray,
+    target_sids: np.ndarray,
+    *,
+    batch_size: int,
+    mesh: Mesh,
+) -> float:
+    """Fraction of rows whose target SID is among the valid beams (last batch padded, trimmed)."""
+    hits = []
+    for batch, targets in padded_batches(tokens, target_sids, batch_size=batch_size):
+        res = decode_fn(params, sharding.put_batch(batch, mesh))
+        beams, valid = jax.device_get((res.tokens, res.valid))
+        same = (beams == targets[:, None, :]).all(-1)
+        hits.append((same & valid).any(-1))
+    return float(np.concatenate(hits)[: len(tokens)].mean())
+
+
+def load_retriever(retriever_dir: Path | str) -> Decoder:
+    """The best checkpoint's model from a `train_and_evaluate` work directory."""
+    retriever_dir = Path(retriever_dir)
+    path = retriever_dir / MODEL_FILE
+    if not path.exists():
+        raise ArtifactError(f"{path}: no trained retriever; run `genret train-retriever` first")
+    try:
+        info = json.loads(path.read_text())
+        cfg = SeqModelConfig(**info["seqmodel"])
+        space = TokenSpace(num_levels=info["num_levels"], codebook_size=info["codebook_size"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ArtifactError(
+            f"{path}: not a retriever description ({type(e).__name__}: {e}); retrain it"
+        ) from None
+    graphdef, abstract = abstract_train_state(cfg, space)
+    ckpts = Checkpoints(retriever_dir / CHECKPOINTS_DIR)
+    try:
+        state = ckpts.restore_best_params(abstract)
+    finally:
+        ckpts.close()
+    return nnx.merge(graphdef, state.params)
+
+
+def retrieval_fn(
+    model: Decoder, constraint: Constraint, *, beam_size: int, scoring: LevelScoring | None = None
+) -> Callable[[np.ndarray], BeamResult]:
+    """A jitted `tokens [B, T] -> BeamResult`; beams are ranked by `scoring` when given
+    (decoding.scoring), else by their joint log-probability.
+
+    The model's parameters, the constraint and the scoring are arguments of the compiled
+    function (moved to the device once, here), never constants baked into it.
+    """
+    graphdef, params = nnx.split(model)
+    params, constraint, scoring = jax.device_put((params, constraint, scoring))
+    fn = jax.jit(lambda p, c, s, t: decode(graphdef, p, t, c, beam_size, s))
+
+    def run(tokens: np.ndarray) -> BeamResult:
+        return fn(params, constraint, scoring, jax.device_put(np.asarray(tokens)))
+
+    return run
