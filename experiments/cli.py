@@ -24,6 +24,7 @@ COMMANDS = {
     "eval-cold-start": ("experiments.eval_cold_start", "cold-start Recall@K, 3 methods"),
     "eval-warm": ("experiments.eval_warm", "leave-one-out Recall/NDCG@5/10 (the TIGER benchmark)"),
     "report": ("experiments.report_cmd", "write results/report.md from the results present"),
+    "sasrec": ("experiments.sasrec_cmd", "the SASRec baseline: train, rank leave-one-out"),
     "diagnose": (
         "experiments.diagnose",
         "validation-only tuning diagnostics: per-level accuracy, ensembles, prior correction",

@@ -29,7 +29,27 @@ class EvalConfig:
     cold_prior_weight: float = 0.0
     cold_level_weights: tuple[float, ...] = ()
     warm: bool = True  # the pipeline also trains a leave-one-out retriever and runs eval-warm
+    sasrec: bool = False  # the pipeline also trains and ranks the SASRec baseline (leave-one-out)
     seed: int = 0
+
+
+# SASRec as its paper and the public reproductions train it: 2 blocks, dropout 0.2, the last 50
+# items; validated every epoch-ish, early-stopped on validation Recall@10.
+SASREC = SeqModelConfig(
+    num_layers=2,
+    d_model=64,
+    num_heads=2,
+    mlp_dim=256,
+    dropout=0.2,
+    max_history=50,
+    batch_size=128,
+    learning_rate=1e-3,
+    warmup_steps=100,
+    weight_decay=0.0,
+    num_epochs=50,
+    eval_every=200,
+    patience=5,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -43,6 +63,8 @@ class Config:
     seqmodel: SeqModelConfig = SeqModelConfig()
     decode: DecodeConfig = DecodeConfig()
     eval: EvalConfig = EvalConfig()
+    # The SASRec baseline (genret sasrec): the retriever's transformer config over item ids.
+    sasrec: SeqModelConfig = SASREC
 
 
 def paper_dataset(data: DataConfig) -> str | None:

@@ -130,6 +130,15 @@ class RunLayout:
     def warm_result(self) -> Path:
         return self.results / "warm.json"
 
+    @property
+    def sasrec(self) -> Path:
+        """The SASRec baseline's checkpoints and training summary."""
+        return self.root / "sasrec_loo"
+
+    @property
+    def sasrec_result(self) -> Path:
+        return self.results / "sasrec.json"
+
     def diagnose_result(self, fraction: float) -> Path:
         return self.results / f"validation_diagnose_{fraction:g}.json"
 

@@ -35,8 +35,12 @@ METHODS = ("unconstrained", "random", "static")
 PLAIN = "static_plain"
 
 
+# Reported where every result has it: the content nearest neighbour (no model), and plain STATIC.
+OPTIONAL = ("content", PLAIN)
+
+
 def _methods(results: list[dict]) -> tuple[str, ...]:
-    return METHODS + ((PLAIN,) if all(PLAIN in r["methods"] for r in results) else ())
+    return METHODS + tuple(m for m in OPTIONAL if all(m in r["methods"] for r in results))
 
 
 def scoring_note(results: list[dict]) -> str:
@@ -169,6 +173,8 @@ def write_report(cfg: Config, layout: RunLayout) -> list[Path]:
     if layout.warm_result.exists():
         warm = json.loads(layout.warm_result.read_text())
         warm["dataset"] = paper or cfg.data.dataset
+        if layout.sasrec_result.exists():  # the ID-based baseline, same split, full ranking
+            warm["methods"].update(json.loads(layout.sasrec_result.read_text())["methods"])
         parts += ["## Leave-one-out (TIGER benchmark)\n", warm_table(warm), ""]
     parts += _run_section(cfg, layout)
     atomic.write_text(layout.report, "\n".join(parts) + "\n")

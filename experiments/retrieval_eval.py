@@ -26,6 +26,7 @@ from decoding import (
 )
 from experiments import evaluate, metrics
 from experiments.artifacts import load_dataset, load_retriever, load_sids
+from experiments.baselines import content_metrics
 from experiments.config import Config, EvalConfig
 from experiments.layout import RunLayout, Split
 from seqmodel.inference import retrieval_fn
@@ -46,6 +47,19 @@ def _decoders(model, methods: dict, beam_size: int) -> dict:
         name: retrieval_fn(model, jax.device_put(constraint), beam_size=beam_size, scoring=scoring)
         for name, (constraint, scoring) in methods.items()
     }
+
+
+def content_cold_start(
+    cfg: Config, layout: RunLayout, ds: InteractionData, split: ColdStartSplit, k: int
+) -> dict:
+    """The content nearest neighbour over the cold set, for the same evaluated users: item-text
+    embeddings of the tokenizer (cached by the tokenizer stage), no model."""
+    from rqvae.embed import embed_texts
+
+    emb = embed_texts(ds.catalog.texts, cfg.rqvae, cache_dir=layout.embeddings)
+    users = _sample_users(len(split.test_targets), cfg.eval)
+    histories = Histories.from_lists([split.test_histories[int(u)] for u in users])
+    return content_metrics(emb, histories, split.test_targets[users], split.cold_items, k=k)
 
 
 def cold_scoring(
@@ -143,6 +157,7 @@ def evaluate_cold_start(
     methods["random"] = evaluate.random_metrics(
         split.cold_items, targets, beam_size=K, seed=cfg.eval.seed
     )
+    methods["content"] = content_cold_start(cfg, layout, ds, split, K)
     overhead = decoded["static"].seconds_per_user / decoded["unconstrained"].seconds_per_user
     result = {
         "dataset": cfg.data.dataset,
@@ -152,7 +167,7 @@ def evaluate_cold_start(
         "beam_size": K,
         "methods": {
             k: methods[k]
-            for k in ("unconstrained", "random", "static", "static_plain")
+            for k in ("unconstrained", "random", "content", "static", "static_plain")
             if k in methods
         },
         "scoring": {

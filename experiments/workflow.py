@@ -70,6 +70,17 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
                 check=lambda: load_json_result(layout.warm_result),
             )
         )
+    if cfg.eval.sasrec:
+        out.append(
+            ledger.Stage(
+                "sasrec",
+                (dataclasses.asdict(cfg.sasrec),),
+                (layout.sasrec_result,),
+                lambda: stages.sasrec(cfg, layout, progress=progress),
+                after=("tokenizer",),  # only the prepared dataset, which the tokenizer key holds
+                check=lambda: load_json_result(layout.sasrec_result),
+            )
+        )
     return out
 
 

@@ -60,7 +60,7 @@ def test_eval_cold_start_end_to_end(workdir, capsys):
     assert cli.main(["eval-cold-start", "--workdir", w, "--cold-start", "0.05"]) == 0
     res = json.loads((workdir / "results" / "cold_start_0.05.json").read_text())
     assert res["cold_start_fraction"] == 0.05 and res["beam_size"] == 20
-    assert set(res["methods"]) == {"unconstrained", "random", "static"}
+    assert set(res["methods"]) == {"unconstrained", "random", "content", "static"}
     for m in res["methods"].values():
         for key in ("recall@1", "recall@5", "recall@10", "ndcg@10", "valid_rate"):
             assert 0.0 <= m[key] <= 1.0, key

@@ -36,7 +36,7 @@ def test_pipeline_end_to_end_then_skips(tmp_path, capsys, monkeypatch):
     assert sorted(calls) == ["load_prepared", "validate", "write_text"], calls
     results = tmp_path / "results"
     cold = json.loads((results / "cold_start_0.05.json").read_text())
-    assert set(cold["methods"]) == {"unconstrained", "random", "static"}
+    assert set(cold["methods"]) == {"unconstrained", "random", "content", "static"}
     warm = json.loads((results / "warm.json").read_text())
     assert set(warm["methods"]) == {"unconstrained", "static_all_items"}
     report = (results / "report.md").read_text()

@@ -1,0 +1,211 @@
+"""SASRec: the ID-based sequential recommender baseline (causal self-attention over item ids,
+scores tied to the item embeddings), trained and ranked over the full catalog in the same harness
+as the generative retriever."""
+
+import dataclasses
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jaxtyping import Array, Float, Int
+from tqdm.auto import tqdm
+
+from data import atomic
+from data.pipeline import HistorySource, batches, padded_batches
+from data.types import Histories
+from seqmodel.checkpoint import Checkpoints
+from seqmodel.config import SeqModelConfig
+from seqmodel.files import CHECKPOINTS_DIR, SUMMARY_FILE
+from seqmodel.model import DecoderBlock, RMSNorm
+from seqmodel.state import TrainState, make_optimizer
+
+PAD_ITEM = 0  # item i is id i + 1
+
+
+class SASRec(nnx.Module):
+    """Item embedding, causal DecoderBlocks over the item sequence, logits = h . item embeddings."""
+
+    def __init__(self, cfg: SeqModelConfig, num_items: int, *, rngs: nnx.Rngs):
+        self.cfg, self.num_items = cfg, num_items
+        self.embed = nnx.Embed(num_items + 1, cfg.d_model, rngs=rngs)
+        self.blocks = nnx.List([DecoderBlock(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.norm = RMSNorm(cfg.d_model, rngs=rngs)
+
+    def __call__(
+        self, items: Int[Array, "B T"], dropout_key: jax.Array | None = None
+    ) -> Float[Array, "B T N"]:
+        """Scores of every catalog item as the next item, at every position."""
+        B, T = items.shape
+        positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
+        valid = items != PAD_ITEM
+        # Causal over real items; a PAD query sees itself so that its softmax stays finite.
+        causal = jnp.tril(jnp.ones((T, T), bool))[None]
+        mask = (causal & valid[:, None, :]) | jnp.eye(T, dtype=bool)[None]
+        x = self.embed(items)
+        for i, block in enumerate(self.blocks):
+            key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
+            x, _ = block(x, positions, mask, key)
+        # Tied output: an item's score is its embedding's dot product with the state (SASRec).
+        return self.norm(x) @ self.embed.embedding[1:].T
+
+
+@dataclasses.dataclass(frozen=True)
+class NextItems(grain.transforms.Map):
+    """A user's last max_len + 1 items -> left-padded inputs, next-item targets, weights."""
+
+    max_len: int
+
+    def map(self, record: dict) -> dict:
+        seq = np.asarray(record["items"], np.int32)[-(self.max_len + 1) :] + 1
+        inputs = np.full(self.max_len, PAD_ITEM, np.int32)
+        targets = np.full(self.max_len, PAD_ITEM, np.int32)
+        n = len(seq) - 1
+        if n > 0:
+            inputs[self.max_len - n :] = seq[:-1]
+            targets[self.max_len - n :] = seq[1:]
+        return {"inputs": inputs, "targets": targets, "weights": (targets != PAD_ITEM)}
+
+
+def encode_items(h: Histories, max_len: int) -> Int[np.ndarray, "U T"]:
+    """The last max_len items of each history as left-padded ids (item i -> i + 1)."""
+    out = np.full((len(h), max_len), PAD_ITEM, np.int32)
+    for u in range(len(h)):
+        kept = h[u][-max_len:] + 1
+        out[u, max_len - len(kept) :] = kept
+    return out
+
+
+def loss_fn(
+    params: nnx.State, graphdef: nnx.GraphDef, batch: dict, dropout_key: jax.Array | None
+) -> tuple[Float[Array, ""], dict]:
+    """Mean cross-entropy of the next item over the full catalog, at every real position."""
+    model = nnx.merge(graphdef, params)
+    logits = model(batch["inputs"], dropout_key).astype(jnp.float32)
+    target = jnp.maximum(batch["targets"] - 1, 0)
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, target)
+    w = batch["weights"].astype(jnp.float32)
+    count = w.sum()
+    return (nll * w).sum() / jnp.maximum(count, 1.0), {"count": count}
+
+
+def train_step(
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    seed: int,
+    state: TrainState,
+    batch: dict,
+) -> tuple[TrainState, dict]:
+    """One AdamW step; dropout keys derive from (seed, step) so a resumed run replays exactly."""
+    key = jax.random.fold_in(jax.random.key(seed), state.step)
+    (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, graphdef, batch, key)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), {"loss": loss}
+
+
+def new_state(cfg: SeqModelConfig, num_items: int, total_steps: int):
+    """(graphdef, optimizer, step-0 state) of a fresh SASRec."""
+    model = nnx.jit(lambda: SASRec(cfg, num_items, rngs=nnx.Rngs(cfg.seed)))()
+    graphdef, params = nnx.split(model)
+    tx = make_optimizer(cfg, total_steps)
+    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+    return graphdef, tx, state
+
+
+def top_k(
+    graphdef: nnx.GraphDef, params: Any, items: Int[np.ndarray, "U T"], *, k: int, batch_size: int
+) -> Int[np.ndarray, "U k"]:
+    """The k best-scored catalog items after each history (full ranking, no item excluded)."""
+
+    @jax.jit
+    def rank(params, batch):
+        scores = nnx.merge(graphdef, params)(batch)[:, -1]
+        return jax.lax.top_k(scores, k)[1]
+
+    out = [
+        np.asarray(rank(params, jax.device_put(b)))
+        for b in padded_batches(items, batch_size=batch_size)
+    ]
+    return np.concatenate(out)[: len(items)]
+
+
+def _recall(pred: np.ndarray, targets: np.ndarray) -> float:
+    return float((pred == targets[:, None]).any(1).mean())
+
+
+def train_and_evaluate(
+    cfg: SeqModelConfig,
+    workdir: Path | str,
+    train: Histories,
+    valid_histories: Histories,
+    valid_targets: Int[np.ndarray, " M"],
+    num_items: int,
+    *,
+    stop_after: int | None = None,
+    show_progress: bool = True,
+) -> tuple[nnx.GraphDef, Any, dict]:
+    """Trains (resuming from workdir/checkpoints), validates Recall@10 every eval_every steps,
+    early-stops; returns (graphdef, the best parameters, summary)."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    source = HistorySource(train)
+    steps_per_epoch = len(source) // cfg.batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"sasrec.batch_size={cfg.batch_size} exceeds {len(source)} users")
+    total = cfg.max_steps or cfg.num_epochs * steps_per_epoch
+    iterator = iter(
+        batches(source, NextItems(cfg.max_history), batch_size=cfg.batch_size, seed=cfg.seed)
+    )
+    graphdef, tx, state = new_state(cfg, num_items, total)
+    ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
+    progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
+    if ckpts.latest_step() is not None:
+        restored = ckpts.restore_latest(jax.eval_shape(lambda: state), iterator)
+        if restored is not None:
+            state, progress = restored
+    step = int(jax.device_get(state.step))
+    step_fn = jax.jit(
+        functools.partial(train_step, graphdef, tx, cfg.seed), donate_argnames="state"
+    )
+    valid_items = encode_items(valid_histories, cfg.max_history)
+    end = total if stop_after is None else min(total, stop_after)
+    bar = tqdm(total=total, initial=step, desc="sasrec", unit="step", disable=not show_progress)
+    t0, seconds = time.perf_counter(), 0.0
+    while step < end and not progress["stopped"]:
+        state, metrics = step_fn(state, jax.device_put(next(iterator)))
+        step += 1
+        bar.update(1)
+        if step % cfg.eval_every == 0 or step == end:
+            seconds += time.perf_counter() - t0
+            pred = top_k(graphdef, state.params, valid_items, k=10, batch_size=256)
+            recall = _recall(pred, valid_targets)
+            better = recall > progress["best_recall"]
+            if better:
+                progress.update(best_recall=recall, best_step=step, bad_evals=0)
+            else:
+                progress["bad_evals"] += 1
+            progress["stopped"] = progress["bad_evals"] >= cfg.patience
+            ckpts.save(step, state, iterator, dict(progress), best=better)
+            bar.set_postfix(loss=f"{float(metrics['loss']):.3f}", recall10=f"{recall:.4f}")
+            t0 = time.perf_counter()
+    bar.close()
+    ckpts.wait()
+    best = ckpts.restore_best_params(jax.eval_shape(lambda: state))
+    ckpts.close()
+    summary = {
+        "steps": step,
+        "total_steps": total,
+        "early_stopped": progress["stopped"],
+        "best_step": progress["best_step"],
+        "best_valid_recall@10": progress["best_recall"],
+        "train_seconds_this_run": seconds,
+    }
+    atomic.write_json(workdir / SUMMARY_FILE, summary)
+    return graphdef, best.params, summary
