@@ -22,6 +22,10 @@ COMMANDS = {
     ),
     "train-retriever": ("experiments.train_retriever", "train the decoder retriever on a split"),
     "eval-cold-start": ("experiments.eval_cold_start", "cold-start Recall@K, 3 methods"),
+    "eval-baselines": (
+        "experiments.eval_baselines",
+        "model-free cold-start baselines (random, content neighbour); no retriever needed",
+    ),
     "eval-warm": ("experiments.eval_warm", "leave-one-out Recall/NDCG@5/10 (the TIGER benchmark)"),
     "report": ("experiments.report_cmd", "write results/report.md from the results present"),
     "sasrec": ("experiments.sasrec_cmd", "the SASRec baseline: train, rank leave-one-out"),

@@ -126,6 +126,11 @@ class RunLayout:
         prefix = "validation_" if validation else ""
         return self.results / f"{prefix}cold_start_{fraction:g}.json"
 
+    def cold_baselines_result(self, fraction: float, *, validation: bool = False) -> Path:
+        """The model-free cold-start methods alone (genret eval-baselines)."""
+        prefix = "validation_" if validation else ""
+        return self.results / f"{prefix}baselines_cold_start_{fraction:g}.json"
+
     @property
     def warm_result(self) -> Path:
         return self.results / "warm.json"

@@ -94,6 +94,20 @@ def cold_start_table(results: list[dict], *, with_paper: bool = True) -> str:
     return "\n".join(lines)
 
 
+def baselines_table(result: dict) -> str:
+    """Markdown: the model-free cold-start methods of `genret eval-baselines`."""
+    lines = [
+        f"{result['split']} split, cold start {result['cold_start_fraction']:g} "
+        f"({result['num_cold_items']} items, {result['num_test_users']} users)\n",
+        "| method | Recall@1 % | Recall@5 % | Recall@10 % | NDCG@10 % |",
+        "|---|---|---|---|---|",
+    ]
+    for name, m in result["methods"].items():
+        keys = ("recall@1", "recall@5", "recall@10", "ndcg@10")
+        lines.append(f"| {name} | " + " | ".join(_pct(m[k]) for k in keys) + " |")
+    return "\n".join(lines)
+
+
 def warm_table(result: dict) -> str:
     paper = PAPER_WARM.get(result["dataset"], {})
     keys = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")

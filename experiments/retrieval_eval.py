@@ -110,6 +110,35 @@ def evaluated_inputs(
     return split.test_targets[users], inputs
 
 
+def evaluate_cold_baselines(
+    cfg: Config, layout: RunLayout, fraction: float, *, validation: bool = False
+) -> dict:
+    """The model-free methods alone (constrained random, content nearest neighbour) on the
+    cold-start protocol: no retriever needed, the same users as `evaluate_cold_start`."""
+    fraction = check_fraction(fraction)
+    ds = load_dataset(layout)
+    split = (validation_split if validation else cold_start_split)(ds, fraction)
+    users = _sample_users(len(split.test_targets), cfg.eval)
+    targets, K = split.test_targets[users], cfg.eval.beam_size
+    result = {
+        "dataset": cfg.data.dataset,
+        "cold_start_fraction": fraction,
+        "num_cold_items": int(len(split.cold_items)),
+        "num_test_users": int(len(targets)),
+        "beam_size": K,
+        "methods": {
+            "random": evaluate.random_metrics(
+                split.cold_items, targets, beam_size=K, seed=cfg.eval.seed
+            ),
+            "content": content_cold_start(cfg, layout, ds, split, K),
+        },
+        "seed": cfg.eval.seed,
+        "split": "validation" if validation else "test",
+    }
+    atomic.write_json(layout.cold_baselines_result(fraction, validation=validation), result)
+    return result
+
+
 def evaluate_cold_start(
     cfg: Config,
     layout: RunLayout,

@@ -39,3 +39,19 @@ def test_content_metrics_hand_computed():
     # user 2 ranks 2 then 0 (target 1 missed).
     assert m["recall@1"] == pytest.approx(1 / 3) and m["recall@5"] == pytest.approx(1 / 3)
     assert m["ndcg@5"] == pytest.approx(1 / 3) and m["cold_rate"] == 1.0
+
+
+@pytest.mark.slow
+def test_eval_baselines_needs_no_retriever(tmp_path, capsys):
+    import json
+
+    from experiments import cli
+
+    w = str(tmp_path / "w")
+    assert cli.main(["prepare", "--config", "tiny", "--workdir", w]) == 0
+    assert cli.main(["eval-baselines", "--workdir", w, "--cold-start", "0.05"]) == 0
+    res = json.loads((tmp_path / "w" / "results" / "baselines_cold_start_0.05.json").read_text())
+    assert set(res["methods"]) == {"random", "content"} and res["split"] == "test"
+    content = res["methods"]["content"]
+    assert content["cold_rate"] == 1.0 and content["recall@1"] <= content["recall@10"]
+    assert "| content |" in capsys.readouterr().out
