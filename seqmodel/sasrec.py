@@ -4,6 +4,8 @@ as the generative retriever."""
 
 import dataclasses
 import functools
+import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -18,11 +20,12 @@ from jaxtyping import Array, Float, Int
 from tqdm.auto import tqdm
 
 from data import atomic
+from data.fingerprint import fingerprint
 from data.pipeline import HistorySource, batches, padded_batches
 from data.types import Histories
 from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import SeqModelConfig
-from seqmodel.files import CHECKPOINTS_DIR, SUMMARY_FILE
+from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE, SUMMARY_FILE
 from seqmodel.model import DecoderBlock, RMSNorm
 from seqmodel.state import TrainState, make_optimizer
 
@@ -164,6 +167,18 @@ def train_and_evaluate(
         batches(source, NextItems(cfg.max_history), batch_size=cfg.batch_size, seed=cfg.seed)
     )
     graphdef, tx, state = new_state(cfg, num_items, total)
+    # The one policy when inputs change under an artifact: say so, and retrain from scratch.
+    key = fingerprint(
+        dataclasses.asdict(cfg),
+        num_items,
+        arrays=(train.items, train.offsets, valid_histories.items, valid_targets),
+    )
+    info_path = workdir / MODEL_FILE
+    if info_path.exists() and json.loads(info_path.read_text()).get("inputs") != key:
+        tqdm.write(f"{workdir}: config or data changed since it was trained; retraining it")
+        shutil.rmtree(workdir / CHECKPOINTS_DIR, ignore_errors=True)
+        (workdir / SUMMARY_FILE).unlink(missing_ok=True)
+    atomic.write_json(info_path, {"sasrec": dataclasses.asdict(cfg), "inputs": key})
     ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
     progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
     if ckpts.latest_step() is not None:

@@ -1,5 +1,7 @@
 """SASRec baseline: causality, example layout, a two-step train-and-restore, full ranking."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -83,3 +85,15 @@ def test_top_k_is_the_full_ranking_of_the_last_position():
     got = sasrec.top_k(graphdef, params, items, k=5, batch_size=4)
     want = np.argsort(-np.asarray(model(jnp.asarray(items))[:, -1]), axis=1, kind="stable")[:, :5]
     np.testing.assert_array_equal(got, want)
+
+
+def test_changed_config_retrains_instead_of_resuming(tmp_path, capsys):
+    train = _histories()
+    args = (train, _histories(1, 5), np.arange(5, dtype=np.int32), N)
+    sasrec.train_and_evaluate(CFG, tmp_path, *args, stop_after=2, show_progress=False)
+    other = dataclasses.replace(CFG, learning_rate=CFG.learning_rate / 2)
+    _, _, summary = sasrec.train_and_evaluate(
+        other, tmp_path, *args, stop_after=1, show_progress=False
+    )
+    assert summary["steps"] == 1, "resumed a checkpoint trained with another config"
+    assert "retraining it" in capsys.readouterr().out
