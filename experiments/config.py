@@ -33,22 +33,24 @@ class EvalConfig:
     seed: int = 0
 
 
-# SASRec as its paper and the public reproductions train it: 2 blocks, dropout 0.2, the last 50
-# items; validated every epoch-ish, early-stopped on validation Recall@10.
+# SASRec as its paper trains it (2 blocks, dropout 0.2, Adam 1e-3) but over the retriever's window
+# of the last 20 items (the paper: 50; Beauty's mean history is 8.9 items, and the full-catalog
+# softmax at 50 positions ran at 4.5 s/step on the shared 2-core CPU); validated about once per
+# Beauty epoch, early-stopped on validation Recall@10.
 SASREC = SeqModelConfig(
     num_layers=2,
     d_model=64,
     num_heads=2,
     mlp_dim=256,
     dropout=0.2,
-    max_history=50,
+    max_history=20,
     batch_size=128,
     learning_rate=1e-3,
     warmup_steps=100,
     weight_decay=0.0,
-    num_epochs=50,
-    eval_every=200,
-    patience=5,
+    num_epochs=20,
+    eval_every=175,
+    patience=3,
 )
 
 
