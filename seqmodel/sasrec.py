@@ -174,7 +174,8 @@ def train_and_evaluate(
         arrays=(train.items, train.offsets, valid_histories.items, valid_targets),
     )
     info_path = workdir / MODEL_FILE
-    if info_path.exists() and json.loads(info_path.read_text()).get("inputs") != key:
+    saved = json.loads(info_path.read_text()).get("inputs") if info_path.exists() else None
+    if saved != key and (workdir / CHECKPOINTS_DIR).exists():
         tqdm.write(f"{workdir}: config or data changed since it was trained; retraining it")
         shutil.rmtree(workdir / CHECKPOINTS_DIR, ignore_errors=True)
         (workdir / SUMMARY_FILE).unlink(missing_ok=True)
