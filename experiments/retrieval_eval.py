@@ -110,6 +110,32 @@ def evaluated_inputs(
     return split.test_targets[users], inputs
 
 
+def _cold_header(cfg: Config, split: ColdStartSplit, num_users: int, validation: bool) -> dict:
+    """What every cold-start result file records besides its methods."""
+    return {
+        "dataset": cfg.data.dataset,
+        "cold_start_fraction": split.fraction,
+        "num_cold_items": int(len(split.cold_items)),
+        "num_test_users": int(num_users),
+        "beam_size": cfg.eval.beam_size,
+        "seed": cfg.eval.seed,
+        "split": "validation" if validation else "test",
+    }
+
+
+def _model_free(
+    cfg: Config, layout: RunLayout, ds: InteractionData, split: ColdStartSplit, targets
+) -> dict:
+    """Constrained random guessing and the content neighbour, for the evaluated users."""
+    K = cfg.eval.beam_size
+    return {
+        "random": evaluate.random_metrics(
+            split.cold_items, targets, beam_size=K, seed=cfg.eval.seed
+        ),
+        "content": content_cold_start(cfg, layout, ds, split, K),
+    }
+
+
 def evaluate_cold_baselines(
     cfg: Config, layout: RunLayout, fraction: float, *, validation: bool = False
 ) -> dict:
@@ -119,21 +145,10 @@ def evaluate_cold_baselines(
     ds = load_dataset(layout)
     split = (validation_split if validation else cold_start_split)(ds, fraction)
     users = _sample_users(len(split.test_targets), cfg.eval)
-    targets, K = split.test_targets[users], cfg.eval.beam_size
+    targets = split.test_targets[users]
     result = {
-        "dataset": cfg.data.dataset,
-        "cold_start_fraction": fraction,
-        "num_cold_items": int(len(split.cold_items)),
-        "num_test_users": int(len(targets)),
-        "beam_size": K,
-        "methods": {
-            "random": evaluate.random_metrics(
-                split.cold_items, targets, beam_size=K, seed=cfg.eval.seed
-            ),
-            "content": content_cold_start(cfg, layout, ds, split, K),
-        },
-        "seed": cfg.eval.seed,
-        "split": "validation" if validation else "test",
+        **_cold_header(cfg, split, len(targets), validation),
+        "methods": _model_free(cfg, layout, ds, split, targets),
     }
     atomic.write_json(layout.cold_baselines_result(fraction, validation=validation), result)
     return result
@@ -183,17 +198,10 @@ def evaluate_cold_start(
         name: evaluate.method_metrics(decoded[name], targets, cold, allowed_key="cold_rate")
         for name in constraints
     }
-    methods["random"] = evaluate.random_metrics(
-        split.cold_items, targets, beam_size=K, seed=cfg.eval.seed
-    )
-    methods["content"] = content_cold_start(cfg, layout, ds, split, K)
+    methods.update(_model_free(cfg, layout, ds, split, targets))
     overhead = decoded["static"].seconds_per_user / decoded["unconstrained"].seconds_per_user
     result = {
-        "dataset": cfg.data.dataset,
-        "cold_start_fraction": fraction,
-        "num_cold_items": int(len(split.cold_items)),
-        "num_test_users": int(len(targets)),
-        "beam_size": K,
+        **_cold_header(cfg, split, len(targets), validation),
         "methods": {
             k: methods[k]
             for k in ("unconstrained", "random", "content", "static", "static_plain")
@@ -206,8 +214,6 @@ def evaluate_cold_start(
         "static_overhead_ratio_median": float(np.median(overhead)),
         "static_index_build_seconds": build_seconds,
         "static_index_bytes": int(index.nbytes()["total"]),
-        "seed": cfg.eval.seed,
-        "split": "validation" if validation else "test",
     }
     atomic.write_json(layout.cold_start_result(fraction, validation=validation), result)
     return result
