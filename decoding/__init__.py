@@ -1,9 +1,14 @@
-"""STATIC index, constraint interface, baselines, beam scores and one jit-compiled beam search."""
+"""STATIC index, constraint interface, baselines, beam scores, one jit-compiled beam search, and
+label-set constraints for LLM classification."""
 
 from decoding.baselines import CpuTrie, HashBitmap, PPVApprox, PPVExact
 from decoding.beam_search import BeamResult, beam_search
 from decoding.constraints import Candidates, Constraint, StaticConstraint, Unconstrained, contains
 from decoding.decoder import make_decoder
+from decoding.label_decoder import LabelResult, make_label_decoder
+from decoding.label_index import LabelCapacity, LabelIndex, subset_words
+from decoding.label_tokens import LabelTokens, tokenize_labels
+from decoding.labels import LabelConstraint, LabelState
 from decoding.scoring import LevelScoring, prefix_log_prior, prior_correction
 from decoding.static_index import Capacity, StaticIndex
 
@@ -14,6 +19,12 @@ __all__ = [
     "Constraint",
     "CpuTrie",
     "HashBitmap",
+    "LabelCapacity",
+    "LabelConstraint",
+    "LabelIndex",
+    "LabelResult",
+    "LabelState",
+    "LabelTokens",
     "LevelScoring",
     "PPVApprox",
     "PPVExact",
@@ -23,6 +34,9 @@ __all__ = [
     "beam_search",
     "contains",
     "make_decoder",
+    "make_label_decoder",
     "prefix_log_prior",
     "prior_correction",
+    "subset_words",
+    "tokenize_labels",
 ]

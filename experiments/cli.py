@@ -36,6 +36,7 @@ COMMANDS = {
     "pipeline": ("experiments.pipeline", "prepare, tokenizer, retrievers, evaluations and report"),
     "bench-constraints": ("experiments.bench_constraints", "latency/memory of constraint methods"),
     "bench-sweep": ("experiments.bench_sweep", "the paper's latency sweeps + plots"),
+    "bench-labels": ("experiments.bench_labels", "per-step label-set mask vs Python tries"),
 }
 
 # Builtin errors that mean bad input, a missing file or a full disk, raised by code outside the

@@ -1,0 +1,286 @@
+"""A `transformers` logits processor over a `LabelIndex` (torch is imported lazily, on first use).
+
+The same grammar as `LabelConstraint` (the checks are shared: `LabelConstraint.build`), on torch
+tensors and vectorized over all rows (batch x beams): per step the children of every row as one
+ragged list (work in proportion to the real branching), a dense [V] root mask for rows at the
+root, one scatter of the allowed scores, and a binary search per row for the chosen token.
+"""
+
+import importlib
+from typing import Any
+
+import numpy as np
+from jaxtyping import Bool
+
+from decoding.label_index import LabelIndex
+from decoding.labels import LabelConstraint
+
+
+def _torch():
+    try:
+        return importlib.import_module("torch")
+    except ImportError as e:  # pragma: no cover - the message is the point
+        raise ImportError(
+            "decoding.hf needs torch and transformers: pip install 'genret[hf]'"
+        ) from e
+
+
+class LabelLogitsProcessor:
+    """Sets every token outside the label grammar to -inf; pass it to `model.generate` in
+    `logits_processor=[...]` (greedy, sampling and beam search; sampling's temperature, top-k and
+    top-p then act on the allowed tokens only, as `generate` applies warpers after processors).
+
+    Rows are matched to the previous step's rows by their tokens, so beam reordering needs no
+    beam indices; a fresh `generate` call (a prompt no row continues) starts over at the root.
+    `allowed`: bool [B, num_labels], per-prompt label subsets (rows are prompt-major, as
+    `generate` expands prompts into beams or samples). `labels()` returns the caller's label
+    indices each row has emitted. `device`: where the index tensors live (that of the scores).
+    """
+
+    def __init__(
+        self,
+        index: LabelIndex,
+        *,
+        eos_token_id: int,
+        separator: tuple[int, ...] | list[int] = (),
+        max_labels: int | None = 1,
+        allowed: Bool[np.ndarray, "B N"] | None = None,
+        device: Any = None,
+    ):
+        torch = self._t = _torch()
+        self.device = torch.device("cpu") if device is None else torch.device(device)
+        spec = LabelConstraint.build(
+            index, eos_id=eos_token_id, separator=separator, max_labels=max_labels
+        )
+        self.eos, self.sep, self.max_labels = spec.eos_id, spec.separator, spec.max_labels
+        self.vocab_size = index.vocab_size
+
+        def t(x, dtype=torch.int64):
+            return torch.as_tensor(np.asarray(x), device=self.device).to(dtype)
+
+        self.row_ptr, self.tokens = t(index.row_ptr), t(index.tokens)
+        self.lo, self.hi, self.end = t(index.lo), t(index.hi), t(index.end, torch.bool)
+        self.first, self.root_child = t(index.first), t(index.root_child)
+        self.label_order, self.num_labels = t(index.label_order), int(index.num_labels)
+        self.sep_t = t(self.sep or (0,))
+        # Edges are sorted by (parent, token): one sorted key per edge finds a node's child.
+        M = index.num_nodes
+        parent = np.searchsorted(np.asarray(index.row_ptr)[: M + 1], np.arange(M - 1), "right") - 1
+        tokens = np.asarray(index.tokens)[: M - 1].astype(np.int64)
+        self.edge_key = t(parent.astype(np.int64) * self.vocab_size + tokens)
+        self.allowed = None  # bool [B, labels] in trie order, and its prefix counts
+        if allowed is not None:
+            allowed = np.asarray(allowed)
+            if allowed.dtype != bool or allowed.ndim != 2 or allowed.shape[1] != self.num_labels:
+                raise ValueError(
+                    f"allowed: expected bool [B, {self.num_labels}], got {allowed.dtype} "
+                    f"{allowed.shape}"
+                )
+            trie = t(allowed[:, np.asarray(index.label_order)[: self.num_labels]], torch.bool)
+            self.allowed = trie
+            self.prefix = torch.nn.functional.pad(trie.long().cumsum(1), (1, 0))
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets the rows of the last call (the next call starts at the root)."""
+        self._ids = self._state = None
+        self._start = 0
+
+    def __call__(self, input_ids, scores):
+        if scores.shape[-1] != self.vocab_size:
+            raise ValueError(
+                f"scores: {scores.shape[-1]} tokens, but the label index has vocab_size "
+                f"{self.vocab_size}"
+            )
+        state = self._follow(input_ids)
+        self._ids, self._state = input_ids, state
+        return self._masked(state, scores)
+
+    def labels(self):
+        """The caller's label indices emitted by each row of the last call, -1 padding [R, M]."""
+        e = self._state["emitted"]
+        return self._t.where(e >= 0, self.label_order[e.clamp(min=0)], -1)
+
+    # State: dict of [R] tensors (node, sep_pos, count, done, ok) and emitted [R, M].
+    def _init(self, R: int) -> dict:
+        torch = self._t
+        z = torch.zeros(R, dtype=torch.int64, device=self.device)
+        return {
+            "node": z,
+            "sep_pos": z.clone(),
+            "count": z.clone(),
+            "emitted": torch.full((R, self.max_labels), -1, dtype=torch.int64, device=self.device),
+            "done": z > 0,
+            "ok": z == 0,
+        }
+
+    def _follow(self, input_ids) -> dict:
+        """This call's states: the last call's rows extended by their new token."""
+        R, S = input_ids.shape
+        prev, start = self._ids, self._start
+        # Same rows, one token longer, same prompts: the generation goes on. (`generate` keeps
+        # rows prompt-major and reorders beams within a prompt, so row r keeps its prompt.)
+        if (
+            prev is not None
+            and prev.shape == (R, S - 1)
+            and bool((input_ids[:, :start] == prev[:, :start]).all())
+        ):
+            # A state is a function of the generated tokens, so any previous row that generated
+            # the same tokens (for the same prompt's subset) is a parent: beam reordering is
+            # recovered without beam indices.
+            same = (input_ids[:, None, start:-1] == prev[None, :, start:]).all(-1)
+            if self.allowed is not None:
+                batch = self._rows_batch(R)
+                same &= batch[:, None] == batch[None, :]
+            if bool(same.any(1).all()):
+                parent = same.long().argmax(1)
+                state = {k: v[parent] for k, v in self._state.items()}
+                return self._advance(state, input_ids[:, -1])
+        # A new generation: every row starts at the root after its prompt.
+        self._start = S
+        return self._init(R)
+
+    def _rows_batch(self, R: int):
+        B = self.allowed.shape[0]
+        if R % B:
+            raise ValueError(f"allowed: {B} rows do not divide the {R} generated rows")
+        return self._t.arange(R, device=self.device) // (R // B)
+
+    def _free(self, state: dict, lo, hi, batch, rows):
+        """Available labels in [lo, hi) (any shape, rows of the same shape): allowed ones minus
+        emitted ones."""
+        if self.allowed is None:
+            free = hi - lo
+        else:
+            b = batch[rows]
+            free = self.prefix[b, hi] - self.prefix[b, lo]
+        e = state["emitted"][rows]
+        return free - ((e >= lo[..., None]) & (e < hi[..., None])).sum(-1)
+
+    def _label_free(self, state: dict, label, batch):
+        free = ~(state["emitted"] == label[:, None]).any(1)
+        if self.allowed is not None:
+            free &= self.allowed[batch, label.clamp(max=self.allowed.shape[1] - 1)]
+        return free
+
+    def _slots(self, state: dict) -> dict:
+        """Per row: its children (a fixed-width slice of edges), whether EOS or the separator
+        may come next, and the separator token due."""
+        torch = self._t
+        R = state["node"].shape[0]
+        batch = self._rows_batch(R) if self.allowed is not None else None
+        node, sep_pos, done = state["node"], state["sep_pos"], state["done"]
+        live = ~done & (sep_pos == 0)
+        n = node.clamp(0, len(self.lo) - 1)
+        start, stop = self.row_ptr[n], self.row_ptr[n + 1]
+        # Children of non-root rows as one ragged list (row, edge): the work follows the real
+        # branching, not the widest node's.
+        count = torch.where(live & (node > 0), stop - start, 0)
+        rows = torch.repeat_interleave(torch.arange(R, device=self.device), count)
+        first = torch.cumsum(count, 0) - count
+        edge = start[rows] + torch.arange(len(rows), device=self.device) - first[rows]
+        if self._checks:
+            keep = self._free(state, self.lo[edge + 1], self.hi[edge + 1], batch, rows) > 0
+            rows, edge = rows[keep], edge[keep]
+        own = self.lo[n]
+        ends = live & self.end[n] & self._label_free(state, own, batch)
+        out = {"batch": batch, "rows": rows, "edge": edge, "own": own, "ends": ends}
+        out["at_root"] = live & (node == 0)
+        out["inside"] = ~done & (sep_pos > 0)
+        out["opens"] = ends & False
+        if self.sep:
+            more = (state["count"] + 1 < self.max_labels) & (
+                self._total(batch, R) - state["count"] > 1
+            )
+            out["opens"] = ends & more
+        out["sep_tok"] = self.sep_t[sep_pos.clamp(0, len(self.sep_t) - 1)]
+        return out
+
+    @property
+    def _checks(self) -> bool:
+        # Single-label without subsets: every child's range holds a label, nothing to check.
+        return self.max_labels > 1 or self.allowed is not None
+
+    def _root_ok(self, state: dict, rows, batch, token=None):
+        """Allowed root tokens of `rows` ([r, V]), or whether `token` [r] is one ([r])."""
+        child = self.root_child if token is None else self.root_child[token]
+        has = child > 0
+        if not self._checks:
+            return has
+        lo, hi = self.lo[child], self.hi[child]
+        if self.allowed is None:
+            count = hi - lo
+        else:
+            b = batch[rows] if token is not None else batch[rows][:, None]
+            count = self.prefix[b, hi] - self.prefix[b, lo]
+        # Emitted labels lower their first token's count.
+        e = state["emitted"][rows]
+        if token is None:
+            used = self._t.zeros(
+                len(rows), self.vocab_size, dtype=self._t.int64, device=self.device
+            )
+            used.scatter_add_(1, self.first[e.clamp(min=0)], (e >= 0).long())
+        else:
+            used = ((self.first[e.clamp(min=0)] == token[:, None]) & (e >= 0)).sum(1)
+        return has & (count - used > 0)
+
+    def _masked(self, state: dict, scores):
+        """The scores with every token the grammar forbids at -inf (EOS only for finished rows)."""
+        torch = self._t
+        s = self._slots(state)
+        # Start from -inf and copy the allowed scores: a few per row, all V only at the root.
+        out = torch.full_like(scores, -torch.inf)
+        if bool(s["at_root"].any()):
+            rows = s["at_root"].nonzero()[:, 0]
+            ok = self._root_ok(state, rows, s["batch"])
+            if len(rows) == len(scores):  # every row at the root (the first step): one pass
+                return scores.masked_fill(~ok, -torch.inf)
+            out[rows] = scores[rows].masked_fill_(~ok, -torch.inf)
+        r, tok = s["rows"], self.tokens[s["edge"]]
+        out[r, tok] = scores[r, tok]
+        r = (s["opens"] | s["inside"]).nonzero()[:, 0]
+        out[r, s["sep_tok"][r]] = scores[r, s["sep_tok"][r]]
+        r = (s["ends"] | state["done"]).nonzero()[:, 0]
+        out[r, self.eos] = scores[r, self.eos]
+        return out
+
+    def _total(self, batch, R: int):
+        if self.allowed is None:
+            return self._t.full((R,), self.num_labels, device=self.device)
+        return self.prefix[batch, -1]
+
+    def _advance(self, state: dict, token) -> dict:
+        """The state after `token` per row; a token the grammar forbids ends the row (not ok)."""
+        torch = self._t
+        s = self._slots(state)
+        node, sep_pos, done = state["node"], state["sep_pos"], state["done"]
+        # The child through `token`: the root's dense map, or a binary search for the key
+        # (node, token) among all edges, which are sorted by (parent, token).
+        rows = torch.arange(len(token), device=self.device)
+        key = node * self.vocab_size + token
+        pos = torch.searchsorted(self.edge_key, key).clamp(max=len(self.edge_key) - 1)
+        found = (self.edge_key[pos] == key) & ~done & (sep_pos == 0) & (node > 0)
+        if self._checks:
+            found &= self._free(state, self.lo[pos + 1], self.hi[pos + 1], s["batch"], rows) > 0
+        root_ok = s["at_root"] & self._root_ok(state, rows, s["batch"], token)
+        child = torch.where(root_ok, self.root_child[token], pos + 1)
+        # EOS and the separator's first token mean "this label ends" only where one may end;
+        # elsewhere the separator's first token may be a label's own token (a child).
+        is_eos = s["ends"] & (token == self.eos)
+        opens = s["opens"] & (token == self.sep_t[0])
+        inside = s["inside"] & (token == s["sep_tok"])
+        goes_on = found | root_ok
+        allowed = goes_on | is_eos | opens | inside | done
+        emit = is_eos | opens  # this token completes the node's label
+        nxt = torch.where(inside, sep_pos + 1, torch.ones_like(sep_pos))
+        nxt = torch.where(nxt >= len(self.sep_t), 0, nxt)
+        slot = torch.arange(self.max_labels, device=self.device)[None, :] == state["count"][:, None]
+        new = {
+            "node": torch.where(goes_on, child, torch.where(opens | inside, 0, node)),
+            "sep_pos": torch.where(opens | inside, nxt, 0),
+            "emitted": torch.where(emit[:, None] & slot, s["own"][:, None], state["emitted"]),
+            "count": state["count"] + emit.long(),
+            "ok": state["ok"] & allowed,
+        }
+        new["done"] = done | is_eos | ~new["ok"]
+        return new

@@ -1,0 +1,156 @@
+"""The label grammar, step by step: EOS only where a label ends, no repeats, whole separators."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from decoding.label_index import LabelCapacity, LabelIndex, subset_words
+from decoding.labels import LabelConstraint
+
+V, EOS, SEP = 40, 0, (30, 31)  # a two-token separator
+NEW_YORK, NEW_JERSEY, TECH, TECH_AI, BEAUTY = [10, 11], [10, 12], [20], [20, 21, 22], [25]
+LABELS = [NEW_YORK, NEW_JERSEY, TECH, TECH_AI, BEAUTY]
+
+
+# One capacity for every set here, so the jitted walks compile once per max_labels.
+CAP = LabelCapacity(nodes=32, edges=32, labels=32, width=4)
+
+
+def _constraint(max_labels=1, labels=LABELS, **kw):
+    idx = LabelIndex.build(labels, vocab_size=V, capacity=CAP)
+    sep = SEP if max_labels != 1 else ()
+    return LabelConstraint.build(idx, eos_id=EOS, separator=sep, max_labels=max_labels, **kw)
+
+
+_allowed_tokens = jax.jit(LabelConstraint.allowed_tokens)
+_advance_tokens = jax.jit(LabelConstraint.advance_tokens)
+_restrict = jax.jit(LabelConstraint.restrict)
+
+
+def _walk(c, tokens, allowed=None):
+    """Allowed-token sets before each token of one row, and the final state."""
+    if allowed is not None:
+        c = _restrict(c, subset_words(c.index, np.asarray([allowed])))
+    state = jax.tree.map(lambda x: x[:, None], c.init_state(1))
+    masks = []
+    for t in [*tokens, None]:
+        masks.append(set(np.flatnonzero(np.asarray(_allowed_tokens(c, state))[0, 0]).tolist()))
+        if t is not None:
+            state = _advance_tokens(c, state, jnp.array([[t]], jnp.int32))
+    return masks, jax.tree.map(lambda x: np.asarray(x)[0, 0], state)
+
+
+def test_single_label_eos_only_where_a_label_ends():
+    c = _constraint()
+    masks, state = _walk(c, TECH_AI + [EOS])
+    assert masks[0] == {10, 20, 25}, "root: first tokens of the labels"
+    assert masks[1] == {EOS, 21}, "'Technology' ends here and 'Technology > AI' goes on"
+    assert masks[2] == {22}, "no label ends at 'Technology >': no EOS"
+    assert masks[3] == {EOS}
+    assert masks[4] == {EOS}, "after EOS only EOS (padding)"
+    assert state.done and state.ok and state.count == 1
+    assert np.asarray(c.label_ids(jax.tree.map(lambda x: x[None, None], state)))[0, 0, 0] == 3
+
+
+def test_multi_label_never_repeats_labels_with_shared_prefixes():
+    c = _constraint(max_labels=None)
+    tokens = NEW_YORK + list(SEP) + [10]
+    masks, _ = _walk(c, tokens)
+    assert masks[2] == {EOS, SEP[0]}
+    assert masks[3] == {SEP[1]}, "a separator is emitted whole: nothing else inside it"
+    assert 10 in masks[4], "'New Jersey' is still available under 'New'"
+    assert masks[5] == {12}, "'New York' was emitted: only 'Jersey' continues 'New'"
+    masks, _ = _walk(c, TECH + list(SEP) + [20])
+    assert masks[1] == {EOS, SEP[0], 21}
+    assert 20 in masks[3], "'Technology > AI' is still available"
+    assert masks[4] == {21}, "'Technology' was emitted: no EOS or separator after it again"
+
+
+def test_max_labels_and_eos_forced_when_no_label_is_left():
+    c = _constraint(max_labels=2)
+    masks, state = _walk(c, BEAUTY + list(SEP) + TECH)
+    assert masks[-1] == {EOS, 21}, "two labels emitted: no separator after the second"
+    c = _constraint(max_labels=None, labels=[[1], [2]])
+    masks, _ = _walk(c, [1, *SEP, 2])
+    assert masks[0] == {1, 2} and masks[1] == {EOS, SEP[0]}
+    assert masks[4] == {EOS}, "every label emitted: EOS is forced"
+
+
+def test_per_row_subsets():
+    c = _constraint(max_labels=None)
+    allowed = np.array([False, True, True, False, False])  # New Jersey, Technology
+    masks, _ = _walk(c, NEW_JERSEY + list(SEP), allowed)
+    assert masks[0] == {10, 20}
+    assert masks[1] == {12}, "New York is not allowed for this row"
+    assert masks[2] == {EOS, SEP[0]}
+    assert masks[4] == {20}
+    masks, _ = _walk(c, TECH, allowed)
+    assert masks[1] == {EOS, SEP[0]}, "'Technology > AI' is not allowed: no 21"
+    # Subsets are in the caller's label order: New York and Beauty this time.
+    masks, _ = _walk(c, NEW_YORK, allowed[[1, 0, 3, 4, 2]])
+    assert masks[0] == {10, 25} and masks[1] == {11}
+
+
+def test_empty_subset_allows_nothing():
+    c = _constraint()
+    c = _restrict(c, subset_words(c.index, np.zeros((1, len(LABELS)), bool)))
+    state = jax.tree.map(lambda x: x[:, None], c.init_state(1))
+    assert not np.asarray(_allowed_tokens(c, state)).any()
+
+
+def test_a_token_outside_the_grammar_ends_the_row():
+    masks, state = _walk(_constraint(), [10, 21])
+    assert masks[2] == {EOS} and state.done and not state.ok
+
+
+def test_separator_token_inside_labels_is_not_ambiguous_elsewhere():
+    # Token 30 (the separator's first token) continues a label that does not end there.
+    c = _constraint(max_labels=None, labels=[[1, 30, 2], [1, 30, 2, 5], [3]])
+    masks, state = _walk(c, [1, 30, 2, *SEP, 3, EOS])
+    assert masks[1] == {30} and masks[3] == {EOS, SEP[0], 5} and masks[6] == {EOS, SEP[0]}
+    assert state.ok and state.count == 2
+
+
+@pytest.mark.parametrize(
+    "labels, kw, match",
+    [
+        ([[1, 0]], {}, "eos_id: token 0 occurs"),
+        ([[1]], {"separator": (0,), "max_labels": 2}, "separator: must not contain"),
+        ([[1], [1, 30]], {"separator": (30,), "max_labels": 2}, r"continues labels\[0\]"),
+        ([[1]], {"max_labels": 2}, "needs a separator"),
+        ([[1]], {"max_labels": 0}, "max_labels"),
+        ([[1]], {"eos_id": 99}, "eos_id: tokens must be in"),
+        ([[1]], {"max_steps": 0}, "max_steps"),
+    ],
+)
+def test_bad_settings_name_the_argument(labels, kw, match):
+    idx = LabelIndex.build(labels, vocab_size=V)
+    with pytest.raises(ValueError, match=match):
+        LabelConstraint.build(idx, **{"eos_id": EOS, **kw})
+
+
+def test_unbounded_needs_a_limit_for_large_sets():
+    labels = [[1 + i // 39, 1 + i % 39] for i in range(5000)]
+    idx = LabelIndex.build(labels, vocab_size=200)
+    with pytest.raises(ValueError, match="max_labels: None"):
+        LabelConstraint.build(idx, eos_id=EOS, separator=(199,), max_labels=None)
+
+
+def test_default_max_steps_bounds_the_longest_output():
+    assert _constraint().max_steps == 8  # 3 tokens + EOS, rounded up to 8
+    c = _constraint(max_labels=3)  # 3 labels of at most 3 tokens, 2 separators of 2 tokens: 14
+    assert c.max_steps == 16
+
+
+def test_masked_logits_equal_the_dense_mask_applied():
+    c = _constraint(max_labels=None)
+    state = jax.tree.map(
+        lambda x: jnp.broadcast_to(x[:, None], (2, 2, *x.shape[1:])), c.init_state(2)
+    )
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(2, 2, V)), jnp.float32)
+    masked = jax.jit(LabelConstraint.masked_logits)
+    for tokens in ([[10, 20], [25, 20]], [[11, 21], [SEP[0], EOS]], [[SEP[0], 22], [SEP[1], EOS]]):
+        want = jnp.where(_allowed_tokens(c, state), logits, -jnp.inf)
+        np.testing.assert_array_equal(masked(c, state, logits), want)
+        state = _advance_tokens(c, state, jnp.asarray(tokens, jnp.int32))
