@@ -6,6 +6,7 @@ Ctrl-C; `--debug` shows the traceback instead.
 
 import argparse
 import importlib
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -121,5 +122,20 @@ def main(argv: list[str] | None = None) -> int:
     return int(result or 0)
 
 
+def console() -> None:
+    """The `genret` executable: main(), and after a Ctrl-C a prompt exit.
+
+    XLA may still be compiling in a thread when Ctrl-C lands; a normal interpreter shutdown then
+    destroys JAX's client under it and segfaults. Checkpoints are complete by now (saves hold the
+    interrupt until committed), so exiting at once loses nothing.
+    """
+    code = main()
+    if code == 130:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

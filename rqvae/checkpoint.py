@@ -2,19 +2,22 @@
 share: damaged checkpoints moved aside in one logged line, Ctrl-C held while a save is in flight."""
 
 import contextlib
+import inspect
 import logging
+import re
 import shutil
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import orbax.checkpoint as ocp
 from tqdm.auto import tqdm
 
+T = TypeVar("T")
 DAMAGED = "damaged"  # <checkpoints>/damaged/<name>-<step>: checkpoints that did not restore
 
 
@@ -52,7 +55,7 @@ def deferred_interrupt() -> Iterator[None]:
 
 @contextlib.contextmanager
 def quiet_orbax() -> Iterator[None]:
-    """Silences orbax's own ERROR/WARNING logs of a damaged file; the caller reports one line."""
+    """Silences orbax's own log lines about a checkpoint it fails to read."""
     logger = logging.getLogger("absl")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
@@ -62,17 +65,56 @@ def quiet_orbax() -> Iterator[None]:
         logger.setLevel(level)
 
 
+def attempt(restore: Callable[[], T]) -> tuple[T | None, str | None]:
+    """(restore(), None), or (None, the error in one line) when the checkpoint does not restore.
+
+    Any exception counts: orbax, tensorstore, grain and json raise many types for one truncated
+    or missing file, each with a traceback of hundreds of lines (tensorstore's JSON spec).
+    """
+    _drop_failed_read_noise()
+    with quiet_orbax():
+        try:
+            return restore(), None
+        except Exception as e:
+            return None, _one_line(e)
+
+
+def _is_failed_read_noise(u) -> bool:
+    # When one read of a restore fails, the others are abandoned: their coroutines complain when
+    # collected, and tensorstore later calls back into orbax's closed event loop.
+    if inspect.iscoroutine(u.object):
+        return "orbax" in u.object.cr_code.co_filename
+    return u.object is None and "Event loop is closed" in str(u.exc_value)
+
+
+def _drop_failed_read_noise() -> None:
+    """Filters that noise out of sys.unraisablehook for good: it comes at any later time."""
+    hook = sys.unraisablehook
+    if getattr(hook, "drops_failed_read_noise", False):
+        return
+
+    def filtered(u) -> None:
+        if not _is_failed_read_noise(u):
+            hook(u)
+
+    filtered.drops_failed_read_noise = True
+    sys.unraisablehook = filtered
+
+
 def _one_line(error: BaseException) -> str:
-    # TensorStore errors carry a multi-line JSON spec; the first line names the failure.
+    while error.__cause__ is not None:  # orbax wraps tensorstore's error, which names the cause
+        error = error.__cause__
     first = (str(error).strip().splitlines() or [""])[0]
-    return f"{type(error).__name__}: {first[:120]}"
+    # Absolute paths inside the checkpoint, already named by the line: their last part is enough.
+    first = re.sub(r'"/[^"]*?([^"/]+/?)"', r'"\1"', first)
+    return f"{type(error).__name__}: {first[:240]}"
 
 
 def set_aside(
     mngr: ocp.CheckpointManager,
     step: int,
     dest: Path,
-    error: BaseException,
+    error: str,
     *,
     then: str,
     log: Callable[[str], None],
@@ -86,7 +128,7 @@ def set_aside(
         while target.exists():  # the same step damaged again in a later run
             target, n = dest.with_name(f"{dest.name}.{n}"), n + 1
         shutil.move(src, target)
-        log(f"{src}: cannot restore ({_one_line(error)}); moved to {target}; {then}")
+        log(f"{src}: cannot restore ({error}); moved to {target}; {then}")
     ocp.multihost.sync_global_processes(f"genret_set_aside:{src}")
     mngr.reload()  # the manager caches its step list
 
@@ -152,18 +194,13 @@ def restore_newest(
     """
     steps = sorted(mngr.all_steps(), reverse=True)
     for i, step in enumerate(steps):
+        meta, error = attempt(lambda step=step: restore_meta(mngr, step))
+        if meta is not None:
+            check_meta(meta)
+            state, error = attempt(lambda step=step: restore_state(mngr, step, abstract_state))
+            if state is not None:
+                return step, state
         then = f"trying step {steps[i + 1]}" if i + 1 < len(steps) else "starting from step 0"
         dest = Path(mngr.directory) / DAMAGED / f"step-{step}"
-        try:
-            with quiet_orbax():
-                meta = restore_meta(mngr, step)
-        except Exception as e:  # orbax, tensorstore and json raise many types
-            set_aside(mngr, step, dest, e, then=then, log=log)
-            continue
-        check_meta(meta)
-        try:
-            with quiet_orbax():
-                return step, restore_state(mngr, step, abstract_state)
-        except Exception as e:
-            set_aside(mngr, step, dest, e, then=then, log=log)
+        set_aside(mngr, step, dest, error, then=then, log=log)
     return None

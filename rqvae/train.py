@@ -3,6 +3,7 @@
 import dataclasses
 import functools
 import hashlib
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -169,26 +170,24 @@ def json_config(cfg: RQVAEConfig) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
+class StaleCheckpointError(ValueError):
+    """A checkpoint made from other embeddings or another config: not resumed, retrained."""
+
+
 def _check_meta(saved: dict, want: dict, ckpt_dir: Path) -> None:
-    where = f"checkpoint in {ckpt_dir}"
+    """Raises StaleCheckpointError naming what differs between the checkpoint and this run."""
     if saved.get("embed_dim") != want["embed_dim"]:
-        raise ValueError(
-            f"embedding dimension {want['embed_dim']} does not match the {where} "
-            f"(trained on E={saved.get('embed_dim')}); use a fresh --workdir or delete {ckpt_dir}"
+        raise StaleCheckpointError(
+            f"embedding dimension {want['embed_dim']} differs from the checkpoint's "
+            f"(E={saved.get('embed_dim')})"
         )
     if saved.get("config") != want["config"]:
         diff = sorted(
             k for k in want["config"] if saved.get("config", {}).get(k) != want["config"][k]
         )
-        raise ValueError(
-            f"rqvae config differs from the {where} in {diff}; "
-            f"use a fresh --workdir or delete {ckpt_dir}"
-        )
+        raise StaleCheckpointError(f"rqvae config differs from the checkpoint's in {diff}")
     if saved.get("embeddings_sha256") != want["embeddings_sha256"]:
-        raise ValueError(
-            f"the {where} was trained on different item embeddings; "
-            f"use a fresh --workdir or delete {ckpt_dir}"
-        )
+        raise StaleCheckpointError("the checkpoint was trained on different item embeddings")
 
 
 def _batch_indices(step: int, n: int, batch: int, seed: int, cache: dict) -> np.ndarray:
@@ -209,8 +208,12 @@ def train(
     *,
     progress: bool = True,
     on_step: Callable[[int], None] | None = None,
+    say: Callable[[str], None] = checkpoint.log_to_stderr,
 ):
-    """Trains (or resumes from `ckpt_dir`) for cfg.num_steps; returns (graphdef, state, log)."""
+    """Trains (or resumes from `ckpt_dir`) for cfg.num_steps; returns (graphdef, state, log).
+
+    A checkpoint made from other embeddings or config is not resumed: one line, then retraining.
+    """
     from tqdm.auto import tqdm
 
     t_init = time.perf_counter()
@@ -218,15 +221,25 @@ def train(
     x_fit = np.ascontiguousarray(x_fit, np.float32)
     meta = _meta(cfg, x_fit)
     mngr = checkpoint.manager(ckpt_dir)
-    start = checkpoint.latest_step(mngr)
-    if start is None:
+    restored = None
+    if checkpoint.latest_step(mngr) is not None:
+        # A damaged newest checkpoint falls back to the older one, else to a fresh start.
+        abstract = jax.eval_shape(lambda: _new_state(cfg, x_fit.shape[1], None)[1])
+        check = functools.partial(_check_meta, want=meta, ckpt_dir=ckpt_dir)
+        try:
+            restored = checkpoint.restore_newest(mngr, abstract, check_meta=check)
+        except StaleCheckpointError as e:
+            # The one policy when inputs change under an artifact: say so, retrain in place.
+            say(f"{ckpt_dir}: {e}; retraining the tokenizer from scratch")
+            checkpoint.close(mngr)
+            shutil.rmtree(ckpt_dir)
+            mngr = checkpoint.manager(ckpt_dir)
+    if restored is None:
         graphdef, state = _new_state(cfg, x_fit.shape[1], x_fit)
         start = 0
     else:
-        _check_meta(checkpoint.restore_meta(mngr, start), meta, ckpt_dir)
-        abstract = jax.eval_shape(lambda: _new_state(cfg, x_fit.shape[1], None)[1])
+        start, state = restored
         graphdef, _ = _new_state(cfg, x_fit.shape[1], None)
-        state = checkpoint.restore_state(mngr, start, abstract)
     tx = _optimizer(cfg)
     step_fn = jax.jit(
         functools.partial(train_step, graphdef, tx, cfg.beta), donate_argnames="state"
@@ -271,8 +284,7 @@ def train(
             if on_step is not None:
                 on_step(done)
     finally:  # a Ctrl-C still completes the checkpoint in flight
-        mngr.wait_until_finished()
-        mngr.close()
+        checkpoint.close(mngr)
     if pending is not None:
         log["last"] = {k: float(v) for k, v in jax.device_get(pending).items()}
     log["train_seconds"] = time.perf_counter() - t0

@@ -6,7 +6,14 @@ from pathlib import Path
 import grain
 import orbax.checkpoint as ocp
 
-from rqvae.checkpoint import DAMAGED, deferred_interrupt, log_to_stderr, quiet_orbax, set_aside
+from rqvae.checkpoint import (
+    DAMAGED,
+    attempt,
+    deferred_interrupt,
+    log_to_stderr,
+    quiet_orbax,
+    set_aside,
+)
 
 
 class Checkpoints:
@@ -21,14 +28,8 @@ class Checkpoints:
         self._log = log
         with quiet_orbax():
             # Two latest ones, so that a damaged newest one leaves something to resume from.
-            self.latest = ocp.CheckpointManager(
-                self.directory / "latest",
-                options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True),
-            )
-            self.best = ocp.CheckpointManager(
-                self.directory / "best",
-                options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True),
-            )
+            self.latest = _manager(self.directory / "latest", max_to_keep=2)
+            self.best = _manager(self.directory / "best", max_to_keep=1)
 
     def save(self, step: int, state, iterator, progress: dict, *, best: bool) -> None:
         """Saves the state, the grain iterator position and the loop's progress record."""
@@ -55,23 +56,18 @@ class Checkpoints:
         """(state, progress) of the newest latest checkpoint that restores, with `iterator` at
         its position; None, and `iterator` untouched, when none does (start over)."""
         start = iterator.get_state()
+        args = ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state),
+            data=grain.checkpoint.CheckpointRestore(iterator),
+            progress=ocp.args.JsonRestore(),
+        )
         steps = self._steps("latest")
         for i, (name, step) in enumerate(steps):
-            try:
-                with quiet_orbax():
-                    out = self.latest.restore(
-                        step,
-                        args=ocp.args.Composite(
-                            state=ocp.args.StandardRestore(abstract_state),
-                            data=grain.checkpoint.CheckpointRestore(iterator),
-                            progress=ocp.args.JsonRestore(),
-                        ),
-                    )
-            except Exception as e:  # orbax, tensorstore, grain and json raise many types
-                self._set_aside(name, step, e, steps[i + 1 :])
-                continue
-            self._drop_best_after(step)
-            return out["state"], out["progress"]
+            out, error = attempt(lambda step=step: self.latest.restore(step, args=args))
+            if out is not None:
+                self._drop_best_after(step)
+                return out["state"], out["progress"]
+            self._set_aside(name, step, error, steps[i + 1 :], last="starting from step 0")
         iterator.set_state(start)  # a failed attempt may have moved it
         self._drop_best_after(0)
         return None
@@ -79,20 +75,16 @@ class Checkpoints:
     def restore_best_params(self, abstract_state):
         """The best checkpoint's state; else (no validation ran, or it is damaged) the newest
         latest one that restores. FileNotFoundError when none does."""
+        args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
         steps = self._steps("best", "latest")
         for i, (name, step) in enumerate(steps):
-            try:
-                with quiet_orbax():
-                    out = getattr(self, name).restore(
-                        step,
-                        args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)),
-                    )
-            except Exception as e:
-                self._set_aside(name, step, e, steps[i + 1 :])
-                continue
-            return out["state"]
+            manager = getattr(self, name)
+            out, error = attempt(lambda m=manager, step=step: m.restore(step, args=args))
+            if out is not None:
+                return out["state"]
+            self._set_aside(name, step, error, steps[i + 1 :], last="none left")
         why = "none restores (see the lines above)" if steps else "none saved"
-        raise FileNotFoundError(f"{self.directory}: no retriever checkpoint, {why}; train again")
+        raise FileNotFoundError(f"{self.directory}: no usable checkpoint, {why}; train again")
 
     def wait(self) -> None:
         with deferred_interrupt():
@@ -112,10 +104,9 @@ class Checkpoints:
             for step in sorted(getattr(self, name).all_steps(), reverse=True)
         ]
 
-    def _set_aside(self, name: str, step: int, error: Exception, rest: list) -> None:
-        then = f"trying {rest[0][0]} step {rest[0][1]}" if rest else "none left"
-        if name == "latest" and not rest:
-            then = "starting from step 0"
+    def _set_aside(self, name: str, step: int, error: str, rest: list, *, last: str) -> None:
+        """Moves a checkpoint that did not restore to damaged/, naming what is tried next."""
+        then = f"trying {rest[0][0]} step {rest[0][1]}" if rest else last
         dest = self.directory / DAMAGED / f"{name}-{step}"
         set_aside(getattr(self, name), step, dest, error, then=then, log=self._log)
 
@@ -125,3 +116,13 @@ class Checkpoints:
         for s in self.best.all_steps():
             if s > step:
                 self.best.delete(s)
+
+
+def _manager(directory: Path, *, max_to_keep: int) -> ocp.CheckpointManager:
+    # Both managers save the same step at once: on several hosts their barriers (named after
+    # the step) must not collide, hence a prefix per manager.
+    multiprocessing = ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=directory.name)
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep, create=True, multiprocessing_options=multiprocessing
+    )
+    return ocp.CheckpointManager(directory, options=options)

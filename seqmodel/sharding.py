@@ -33,7 +33,13 @@ def put_batch(batch, mesh: Mesh):
     sharding = batch_sharded(mesh)
     if jax.process_count() == 1:
         return jax.device_put(batch, sharding)
-    # Several hosts: every process holds the same global batch; each keeps its own rows.
-    return jax.tree.map(
-        lambda x: jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx]), batch
-    )
+
+    # Several hosts: every process holds the same global batch; each puts its own rows on its
+    # devices. An explicit device_put per shard, as make_array_from_callback's implicit copy
+    # trips the training loop's jax.transfer_guard("disallow").
+    def put(x):
+        rows = sharding.addressable_devices_indices_map(x.shape)
+        shards = [jax.device_put(x[idx], device) for device, idx in rows.items()]
+        return jax.make_array_from_single_device_arrays(x.shape, sharding, shards)
+
+    return jax.tree.map(put, batch)

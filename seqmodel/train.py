@@ -176,7 +176,11 @@ def train_and_evaluate(
         abstract = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
         )
-        state, progress = ckpts.restore_latest(abstract, iterator)
+        # None when no checkpoint restores: each was set aside with one line, and training
+        # starts over from the fresh state.
+        restored = ckpts.restore_latest(abstract, iterator)
+        if restored is not None:
+            state, progress = restored
     step = int(jax.device_get(state.step))
     if lead:
         atomic.write_json(workdir / MODEL_FILE, info)
@@ -193,7 +197,11 @@ def train_and_evaluate(
         StaticConstraint(StaticIndex.build(data.sids[data.allowed], vocab_size=V)),
         sharding.replicated(mesh),
     )
-    decode_jit = jax.jit(lambda p, c, t: decode(graphdef, p, t, c, cfg.eval_beam_size))
+    # Beams come back replicated, so that every process can read them (several hosts).
+    decode_jit = jax.jit(
+        lambda p, c, t: decode(graphdef, p, t, c, cfg.eval_beam_size),
+        out_shardings=sharding.replicated(mesh),
+    )
 
     def decode_fn(p, t):
         return decode_jit(p, constraint, t)

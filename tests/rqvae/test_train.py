@@ -105,19 +105,18 @@ def test_rerun_after_completion_reuses_the_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_embedding_dim_must_match_checkpoint(tmp_path):
-    _run(tmp_path, "a")
-    with pytest.raises(ValueError, match="embedding dimension 6 does not match"):
-        _run(tmp_path, "a", x=_data(e=6))
-
-
-@pytest.mark.slow
-def test_changed_config_or_embeddings_is_an_error_on_resume(tmp_path):
-    _run(tmp_path, "a")
-    with pytest.raises(ValueError, match="latent_dim"):
-        _run(tmp_path, "a", cfg=dataclasses.replace(CFG, latent_dim=3))
-    with pytest.raises(ValueError, match="different item embeddings"):
-        _run(tmp_path, "a", x=_data(seed=1))
+def test_changed_embeddings_or_config_retrain_in_one_line_instead_of_resuming(tmp_path, capsys):
+    for name, kwargs, why in (
+        ("e", {"x": _data(e=6)}, "embedding dimension 6 differs"),
+        ("cfg", {"cfg": dataclasses.replace(CFG, latent_dim=3)}, "latent_dim"),
+        ("emb", {"x": _data(seed=1)}, "different item embeddings"),
+    ):
+        _run(tmp_path, name)
+        capsys.readouterr()
+        m = _run(tmp_path, name, **kwargs)
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and why in lines[0] and "retraining" in lines[0], lines
+        assert m["resumed_from_step"] == 0
 
 
 def test_nan_embeddings_are_an_error(tmp_path):

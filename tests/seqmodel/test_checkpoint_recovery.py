@@ -1,0 +1,167 @@
+"""Retriever checkpoints: best is not latest, a damaged one is moved aside in one line and the next
+one tried, a killed run whose newest checkpoint is damaged resumes exactly, Ctrl-C waits."""
+
+import dataclasses
+import json
+import signal
+
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from seqmodel.checkpoint import Checkpoints
+from seqmodel.train import train_and_evaluate
+from tests.rqvae.test_checkpoint_recovery import damage
+from tests.seqmodel.test_train import CFG, _data, _logged, _params
+
+# A checkpoint that does not restore must cost one line: nothing printed later either (orbax's
+# abandoned reads end up in sys.unraisablehook, which pytest turns into this warning).
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+
+
+def _iterator():
+    return iter(grain.MapDataset.range(64).batch(4).to_iter_dataset())
+
+
+def _state(step: int) -> dict:
+    # Random weights, so that the array data (not its JSON metadata) is the largest file.
+    w = np.random.default_rng(step).normal(size=(64, 64)).astype(np.float32)
+    return {"w": jnp.asarray(w), "step": jnp.array(step, jnp.int32)}
+
+
+def _saved(tmp_path, steps: dict[int, bool]) -> tuple[Checkpoints, list[str]]:
+    """Checkpoints of _state(step) at each step, marked best or not; also the logged lines."""
+    lines = []
+    ckpts = Checkpoints(tmp_path / "ck", log=lines.append)
+    it = _iterator()
+    for step, best in steps.items():
+        next(it)
+        progress = {"best_step": step, "position": step}
+        ckpts.save(step, _state(step), it, progress, best=best)
+    return ckpts, lines
+
+
+ABSTRACT = jax.eval_shape(lambda: _state(0))
+
+
+def test_best_params_are_the_best_checkpoint_not_the_latest(tmp_path):
+    ckpts, lines = _saved(tmp_path, {1: True, 2: False})
+    assert ckpts.latest_step() == 2
+    got = ckpts.restore_best_params(ABSTRACT)
+    assert int(got["step"]) == 1, "restore_best_params returned the latest, not the best"
+    np.testing.assert_array_equal(got["w"], _state(1)["w"])
+    ckpts.close()
+    assert lines == []
+
+
+def test_damaged_latest_falls_back_to_the_older_one_in_one_line(tmp_path):
+    ckpts, lines = _saved(tmp_path, {1: True, 2: False, 3: False})
+    assert sorted(ckpts.latest.all_steps()) == [2, 3]  # the two newest
+    damage(tmp_path / "ck" / "latest" / "3", "truncate")
+    it = _iterator()
+    state, progress = ckpts.restore_latest(ABSTRACT, it)
+    assert int(state["step"]) == 2 and progress["position"] == 2
+    assert next(it)[0] == 8, "the iterator is not at step 2's position"
+    assert len(lines) == 1 and "latest/3: cannot restore" in lines[0]
+    assert lines[0].endswith("trying latest step 2")
+    assert ckpts.latest_step() == 2
+    assert (tmp_path / "ck" / "damaged" / "latest-3").is_dir()
+    ckpts.close()
+    # A new manager over the same directory sees the same: the damaged step is gone for good.
+    assert Checkpoints(tmp_path / "ck").latest_step() == 2
+
+
+def test_nothing_restores_returns_none_and_leaves_the_iterator_at_the_start(tmp_path):
+    ckpts, lines = _saved(tmp_path, {1: False, 2: True})
+    damage(tmp_path / "ck" / "latest" / "2", "delete")
+    damage(tmp_path / "ck" / "latest" / "1", "truncate")
+    it = _iterator()
+    assert ckpts.restore_latest(ABSTRACT, it) is None
+    assert next(it)[0] == 0
+    assert len(lines) == 2 and lines[-1].endswith("starting from step 0")
+    assert ckpts.latest_step() is None
+    # The best checkpoint belongs to the abandoned run: training starts over without it.
+    assert ckpts.best.all_steps() == []
+    ckpts.close()
+
+
+def test_damaged_best_falls_back_to_latest_then_fails_in_one_line(tmp_path):
+    ckpts, lines = _saved(tmp_path, {1: True, 2: False})
+    damage(tmp_path / "ck" / "best" / "1", "truncate")
+    assert int(ckpts.restore_best_params(ABSTRACT)["step"]) == 2
+    assert len(lines) == 1 and lines[0].endswith("trying latest step 2")
+    for step in ckpts.latest.all_steps():
+        damage(tmp_path / "ck" / "latest" / str(step), "delete")
+    with pytest.raises(FileNotFoundError, match="no usable checkpoint, none restores") as e:
+        ckpts.restore_best_params(ABSTRACT)
+    assert str(tmp_path / "ck") in str(e.value) and "\n" not in str(e.value)
+    ckpts.close()
+    with pytest.raises(FileNotFoundError, match="none saved"):
+        Checkpoints(tmp_path / "empty").restore_best_params(ABSTRACT)
+
+
+def test_ctrl_c_during_save_finishes_the_checkpoint_then_interrupts(tmp_path):
+    ckpts, _ = _saved(tmp_path, {1: True})
+    real_wait = ckpts.latest.wait_until_finished
+
+    def wait_after_ctrl_c():
+        signal.raise_signal(signal.SIGINT)  # as if pressed while orbax writes
+        real_wait()
+
+    ckpts.latest.wait_until_finished = wait_after_ctrl_c
+    with pytest.raises(KeyboardInterrupt):
+        ckpts.save(2, _state(2), _iterator(), {"position": 2}, best=True)
+    ckpts.latest.wait_until_finished = real_wait
+    ckpts.close()
+    again = Checkpoints(tmp_path / "ck")
+    assert again.latest_step() == 2 and again.best.all_steps() == [2]
+    assert int(again.restore_best_params(ABSTRACT)["step"]) == 2
+
+
+CFG6 = dataclasses.replace(CFG, max_steps=6)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """An uninterrupted 6-step run: its work directory and result."""
+    workdir = tmp_path_factory.mktemp("straight")
+    return workdir, train_and_evaluate(CFG6, workdir, _data(), show_progress=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["truncate", "delete"])
+def test_killed_run_with_damaged_newest_checkpoint_resumes_exactly(tmp_path, capsys, straight, how):
+    data = _data()
+    train_and_evaluate(CFG6, tmp_path, data, stop_after=4, show_progress=False)
+    damage(tmp_path / "checkpoints" / "latest" / "4", how)
+    capsys.readouterr()
+
+    resumed = train_and_evaluate(CFG6, tmp_path, data, show_progress=False)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(lines) == 1, lines
+    assert "latest/4: cannot restore" in lines[0] and lines[0].endswith("trying latest step 2")
+    workdir, result = straight
+    assert resumed.summary["steps"] == 6
+    assert resumed.summary["best_step"] == result.summary["best_step"]
+    assert _logged(tmp_path) == _logged(workdir), "falling back changed losses or recalls"
+    for a, b in zip(_params(result), _params(resumed), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.slow
+def test_killed_run_with_every_latest_checkpoint_damaged_starts_over(tmp_path, capsys, straight):
+    data = _data()
+    train_and_evaluate(CFG6, tmp_path, data, stop_after=4, show_progress=False)
+    damage(tmp_path / "checkpoints" / "latest" / "4", "truncate")
+    damage(tmp_path / "checkpoints" / "latest" / "2", "delete")
+    capsys.readouterr()
+
+    resumed = train_and_evaluate(CFG6, tmp_path, data, show_progress=False)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(lines) == 2 and lines[-1].endswith("starting from step 0"), lines
+    assert resumed.summary["steps"] == 6
+    assert _logged(tmp_path) == _logged(straight[0]), "starting over is not a fresh run"
