@@ -1,10 +1,18 @@
 """STATIC index, constraint interface, baselines, beam scores, one jit-compiled beam search, and
-label-set constraints for LLM classification."""
+the hash set that verifies drafted SIDs."""
 
 from decoding.baselines import CpuTrie, HashBitmap, PPVApprox, PPVExact
 from decoding.beam_search import BeamResult, beam_search
 from decoding.constraints import Candidates, Constraint, StaticConstraint, Unconstrained, contains
 from decoding.decoder import make_decoder
+from decoding.hashset import (
+    HashSet,
+    HashVerify,
+    SortedKeys,
+    hash_contains,
+    sid_words,
+    sorted_contains,
+)
 from decoding.label_decoder import LabelResult, make_label_decoder
 from decoding.label_index import LabelCapacity, LabelIndex, subset_words
 from decoding.label_tokens import LabelTokens, tokenize_labels
@@ -19,6 +27,8 @@ __all__ = [
     "Constraint",
     "CpuTrie",
     "HashBitmap",
+    "HashSet",
+    "HashVerify",
     "LabelCapacity",
     "LabelConstraint",
     "LabelIndex",
@@ -28,15 +38,19 @@ __all__ = [
     "LevelScoring",
     "PPVApprox",
     "PPVExact",
+    "SortedKeys",
     "StaticConstraint",
     "StaticIndex",
     "Unconstrained",
     "beam_search",
     "contains",
+    "hash_contains",
     "make_decoder",
     "make_label_decoder",
     "prefix_log_prior",
     "prior_correction",
+    "sid_words",
+    "sorted_contains",
     "subset_words",
     "tokenize_labels",
 ]

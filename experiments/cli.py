@@ -28,6 +28,18 @@ COMMANDS = {
         "model-free cold-start baselines (random, content neighbour); no retriever needed",
     ),
     "eval-warm": ("experiments.eval_warm", "leave-one-out Recall/NDCG@5/10 (the TIGER benchmark)"),
+    "train-draft": (
+        "experiments.train_draft",
+        "train a NEZHA draft head on a frozen trained retriever",
+    ),
+    "bench-decode": (
+        "experiments.bench_decode",
+        "latency and quality per user: beam search vs the draft decoders",
+    ),
+    "bench-membership": (
+        "experiments.bench_membership",
+        "SID membership on device: hash set vs STATIC vs sorted binary search",
+    ),
     "report": ("experiments.report_cmd", "write results/report.md from the results present"),
     "sasrec": ("experiments.sasrec_cmd", "the SASRec baseline: train, rank leave-one-out"),
     "diagnose": (

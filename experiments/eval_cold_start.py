@@ -4,12 +4,15 @@ that split.
 
 Writes WORKDIR/results/cold_start_<p>.json (Recall@1/5/10, NDCG@10, valid and cold rates, latency
 per user, STATIC's overhead over unconstrained decoding measured in the same run), prints a table.
+`--decoder nezha` (drafts verified against the cold set) or `nezha-static` (STATIC over the cold
+set masks every draft level) decodes with a draft head instead and writes
+WORKDIR/results/nezha[_static]_cold_start_<p>.json.
 """
 
 import argparse
 
 from data.splits import check_fraction
-from experiments import common, report, stages
+from experiments import common, draft_eval, report, stages
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the tuning protocol inside the training period (needs train-retriever --split "
         "cold-val); writes results/validation_cold_start_<p>.json",
     )
+    parser.add_argument(
+        "--decoder", choices=draft_eval.DECODERS, default="beam", help="beam search or a draft head"
+    )
+    parser.add_argument("--draft-name", default="", help="the head of `train-draft --name`")
     common.add_config_args(parser)
 
 
@@ -38,8 +45,22 @@ def run(args: argparse.Namespace) -> int:
     common.positive("--batch-size", args.batch_size)
     if args.beam_size is not None:
         args.overrides = [*args.overrides, f"eval.beam_size={args.beam_size}"]
+    draft_eval.check_name("--draft-name", args.draft_name)
     layout = common.layout_of(args)
     cfg = common.resolve_config(args, layout)
+    if args.decoder != "beam":
+        written = draft_eval.evaluate_cold_start(
+            cfg,
+            layout,
+            args.decoder,
+            fraction,
+            batch_size=args.batch_size,
+            validation=args.validation,
+            name=args.draft_name,
+        )
+        stages.save_config(cfg, layout)
+        print(draft_eval.methods_table(written.summary, draft_eval.COLD_KEYS))
+        return 0
     written = stages.evaluate_cold_start(
         cfg, layout, fraction, batch_size=args.batch_size, validation=args.validation
     )

@@ -1,25 +1,41 @@
 """Leave-one-out retrieval (the TIGER benchmark): Recall@5/10 and NDCG@5/10 of the retriever
 trained on the leave-one-out split, unconstrained and constrained to the catalog.
 
-Writes WORKDIR/results/warm.json and prints a table.
+Writes WORKDIR/results/warm.json and prints a table. `--decoder nezha` (drafts before and after
+hash-set verification) or `nezha-static` (STATIC masks every draft level) decodes with a draft
+head instead (`genret train-draft`, or the retriever's own joint head) and writes
+WORKDIR/results/nezha[_static]_warm.json.
 """
 
 import argparse
 
-from experiments import common, report, stages
+from experiments import common, draft_eval, report, stages
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_workdir_arg(parser)
     parser.add_argument("--batch-size", type=int, default=64, help="users decoded per call")
+    parser.add_argument(
+        "--decoder", choices=draft_eval.DECODERS, default="beam", help="beam search or a draft head"
+    )
+    parser.add_argument("--draft-name", default="", help="the head of `train-draft --name`")
     common.add_config_args(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     common.positive("--batch-size", args.batch_size)
+    draft_eval.check_name("--draft-name", args.draft_name)
     layout = common.layout_of(args)
     cfg = common.resolve_config(args, layout)
-    written = stages.evaluate_warm(cfg, layout, batch_size=args.batch_size)
+    if args.decoder == "beam":
+        written = stages.evaluate_warm(cfg, layout, batch_size=args.batch_size)
+    else:
+        written = draft_eval.evaluate_warm(
+            cfg, layout, args.decoder, batch_size=args.batch_size, name=args.draft_name
+        )
     stages.save_config(cfg, layout)
-    print(report.warm_table(written.summary))
+    if args.decoder == "beam":
+        print(report.warm_table(written.summary))
+    else:
+        print(draft_eval.methods_table(written.summary, draft_eval.WARM_KEYS))
     return 0

@@ -8,6 +8,7 @@ from data.errors import ArgumentError, ArtifactError
 from data.splits import check_fraction
 from rqvae.sids import ASINS_FILE, SIDS_FILE
 from seqmodel import files as retriever_files
+from seqmodel.draft_files import DRAFT_FILE
 
 SPLIT_KINDS = ("cold", "cold-val", "loo")
 
@@ -41,6 +42,16 @@ class Split:
     @property
     def validation(self) -> bool:
         return self.kind == "cold-val"
+
+    def train_draft_command(self, root: Path, name: str = "") -> str:
+        """The command that trains a draft head on this split's retriever in `root`."""
+        split = (
+            "--split loo"
+            if self.kind == "loo"
+            else f"--split {self.kind} --cold-start {self.fraction:g}"
+        )
+        named = f" --name {name}" if name else ""
+        return f"genret train-draft --workdir {root} {split}{named}"
 
     def train_command(self, root: Path) -> str:
         """The command that trains this split's retriever in `root`."""
@@ -118,9 +129,35 @@ class RunLayout:
     def retriever_plot(self, split: Split) -> Path:
         return self.retriever(split) / "loss.png"
 
+    def draft(self, split: Split, name: str = "") -> Path:
+        """A draft head trained on `split`'s frozen retriever (`name`: one of several heads)."""
+        return self.root / f"draft_{split.name}{'_' + name if name else ''}"
+
+    def draft_model(self, split: Split, name: str = "") -> Path:
+        return self.draft(split, name) / DRAFT_FILE
+
+    def draft_summary(self, split: Split, name: str = "") -> Path:
+        return self.draft(split, name) / retriever_files.SUMMARY_FILE
+
     @property
     def results(self) -> Path:
         return self.root / "results"
+
+    def decoder_warm_result(self, decoder: str, name: str = "") -> Path:
+        """Leave-one-out results of a draft decoder (beam search's are `warm_result`)."""
+        return self.results / f"{_stem(decoder, name)}_warm.json"
+
+    def decoder_cold_start_result(
+        self, decoder: str, fraction: float, *, validation: bool = False, name: str = ""
+    ) -> Path:
+        """Cold-start results of a draft decoder; named so that the report's cold_start_*.json
+        (beam search's) never picks them up."""
+        prefix = "validation_" if validation else ""
+        return self.results / f"{prefix}{_stem(decoder, name)}_cold_start_{fraction:g}.json"
+
+    def decode_bench(self, split: Split, name: str = "") -> Path:
+        """`genret bench-decode`'s JSON; its markdown table sits beside it (.md)."""
+        return self.results / f"bench_decode_{split.name}{'_' + name if name else ''}.json"
 
     def cold_start_result(self, fraction: float, *, validation: bool = False) -> Path:
         prefix = "validation_" if validation else ""
@@ -156,3 +193,8 @@ class RunLayout:
         if not path.exists():
             raise ArtifactError(f"{path} is missing; make it with `{command}`")
         return path
+
+
+def _stem(decoder: str, name: str) -> str:
+    """nezha-static -> nezha_static; a named head's results carry its name."""
+    return decoder.replace("-", "_") + (f"_{name}" if name else "")

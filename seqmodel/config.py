@@ -3,6 +3,58 @@
 import dataclasses
 
 LAYOUTS = ("causal", "sliding")
+DRAFT_HEADS = ("none", "joint")
+DRAFT_CELLS = ("rnn", "gru", "add")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DraftConfig:
+    """The NEZHA draft head (self-drafting decoding, WWW 2026): its transition cell, the ablations
+    of the paper's Table 4, and its training as an add-on to a frozen retriever (`genret
+    train-draft`).
+
+    Ablations: NEZHA-1 `context_state=False`, NEZHA-2 `placeholder_states=False`, NEZHA-3
+    `cell="add"`, NEZHA-4 `verify=False` (decoding only: drafted SIDs are not checked).
+    """
+
+    cell: str = "rnn"  # s_{l+1} = cell(embed_l(c_l), s_l): rnn (the paper's), gru, add
+    context_state: bool = True  # s_1 = the hidden state before the placeholders (else 0)
+    placeholder_states: bool = True  # p_l = softmax(W_l (s_l + h_l)) (else W_l s_l)
+    verify: bool = True  # drop drafted SIDs that are no item (a hash set) before the top-K
+    loss_weight: float = 1.0  # joint training: retriever NLL + loss_weight * draft NLL
+    # Add-on training: AdamW on the head (and the placeholder embeddings) only, on every
+    # (history, next item) window of the retriever's training split; the retriever is frozen.
+    # W_l and embed_l start as the retriever's level-l output kernel and code embeddings, so the
+    # first level starts as the retriever's own level-0 distribution (s_1 is what it reads).
+    init_from_retriever: bool = True
+    batch_size: int = 128
+    learning_rate: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.0
+    num_epochs: int = 2
+    max_steps: int = 0  # 0: num_epochs decides
+    eval_every: int = 500  # steps between validations (draft Recall@K) and checkpoints
+    patience: int = 3
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.cell not in DRAFT_CELLS:
+            raise ValueError(f"seqmodel.draft.cell: {self.cell!r} is not one of {DRAFT_CELLS}")
+        if not (self.context_state or self.placeholder_states):
+            raise ValueError(
+                "seqmodel.draft: context_state and placeholder_states cannot both be false "
+                "(the head would see nothing of the user)"
+            )
+        for name in ("batch_size", "num_epochs", "eval_every", "patience"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"seqmodel.draft.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "max_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"seqmodel.draft.{name} must be >= 0, got {getattr(self, name)}")
+        if not self.learning_rate > 0 or not self.loss_weight >= 0 or self.weight_decay < 0:
+            raise ValueError(
+                "seqmodel.draft: learning_rate must be > 0, loss_weight and weight_decay >= 0"
+            )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,8 +84,17 @@ class SeqModelConfig:
     eval_beam_size: int = 10  # K for validation Recall@10
     patience: int = 3  # validations without improvement before early stopping
     seed: int = 0
+    # none: a plain retriever; joint: it also trains the draft head `draft` (its loss added).
+    draft_head: str = "none"
+    draft: DraftConfig | dict = DraftConfig()  # a dict only as read back from JSON (converted)
 
     def __post_init__(self):
+        if isinstance(self.draft, dict):  # read back from a retriever.json
+            object.__setattr__(self, "draft", DraftConfig(**self.draft))
+        if self.draft_head not in DRAFT_HEADS:
+            raise ValueError(
+                f"seqmodel.draft_head: {self.draft_head!r} is not one of {DRAFT_HEADS}"
+            )
         if self.layout not in LAYOUTS:
             raise ValueError(f"seqmodel.layout: {self.layout!r} is not one of {LAYOUTS}")
         if self.d_model % self.num_heads or (self.d_model // self.num_heads) % 2:

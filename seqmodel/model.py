@@ -7,6 +7,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from seqmodel.config import SeqModelConfig
+from seqmodel.draft import DraftHead
 from seqmodel.tokens import NUM_SPECIAL, PAD, TokenSpace
 
 
@@ -114,6 +115,10 @@ class Decoder(nnx.Module):
             kernel_init=nnx.initializers.normal(0.02),
             rngs=rngs,
         )
+        if cfg.draft_head == "joint":
+            # Built last, so the retriever's own parameters draw the same random numbers as
+            # without a head; a retriever without one has no `draft` attribute at all.
+            self.draft = DraftHead(cfg.draft, space, cfg.d_model, rngs=rngs)
 
     def _logits(self, x_BTD: jax.Array) -> jax.Array:
         B, T, _ = x_BTD.shape
@@ -127,14 +132,36 @@ class Decoder(nnx.Module):
         return self._logits(self._hidden(tokens, dropout_key))
 
     def _hidden(self, tokens: jax.Array, dropout_key: jax.Array | None) -> jax.Array:
-        B, T = tokens.shape
+        return self._blocks(self.embed(tokens), tokens != PAD, dropout_key)
+
+    def _blocks(
+        self, x: jax.Array, valid_BT: jax.Array, dropout_key: jax.Array | None
+    ) -> jax.Array:
+        B, T = valid_BT.shape
         positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
-        mask = _causal_mask(tokens != PAD)
-        x = self.embed(tokens)
+        mask = _causal_mask(valid_BT)
         for i, block in enumerate(self.blocks):
             key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
             x, _ = block(x, positions, mask, key)
         return x
+
+    def prompt_states(
+        self,
+        prompts: Int[Array, "B P"],
+        placeholders: Float[Array, "L D"] | None = None,
+        dropout_key: jax.Array | None = None,
+    ) -> Float[Array, "B P D"]:
+        """Final-norm hidden states of a draft prompt (a history, then optionally <SP_1..L>).
+
+        Placeholder ids (`space.placeholder_ids`) take their embeddings from `placeholders`, the
+        draft head's table, so this works for a retriever trained without them.
+        """
+        V0 = self.space.vocab_size
+        x = self.embed(jnp.minimum(prompts, V0 - 1))
+        if placeholders is not None:
+            slot = jnp.clip(prompts - V0, 0, placeholders.shape[0] - 1)
+            x = jnp.where((prompts >= V0)[..., None], placeholders[slot].astype(x.dtype), x)
+        return self.norm(self._blocks(x, prompts != PAD, dropout_key))
 
     def target_logits(
         self, inputs: Int[Array, "B T"], dropout_key: jax.Array | None = None

@@ -15,7 +15,13 @@ NUM_SPECIAL = 2
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TokenSpace:
-    """Token ids: PAD, BOS, then one block of `codebook_size` codes per SID level."""
+    """Token ids: PAD, BOS, then one block of `codebook_size` codes per SID level, then the draft
+    head's placeholders <SP_1> .. <SP_L> (one per level).
+
+    The placeholders follow every other id, so adding them changes no existing token id; their
+    embeddings belong to the draft head (seqmodel.draft), so `vocab_size` (the retriever's
+    embedding table) leaves them out and a retriever without a head is unchanged.
+    """
 
     num_levels: int  # L+1: SID columns, collision level included
     codebook_size: int  # V
@@ -23,6 +29,11 @@ class TokenSpace:
     @property
     def vocab_size(self) -> int:
         return NUM_SPECIAL + self.num_levels * self.codebook_size
+
+    @property
+    def placeholder_ids(self) -> tuple[int, ...]:
+        """Token ids of <SP_1> .. <SP_L>."""
+        return tuple(range(self.vocab_size, self.vocab_size + self.num_levels))
 
     def context_length(self, max_history: int) -> int:
         """Prefill length of a full history: BOS + max_history items."""

@@ -24,6 +24,7 @@ from decoding import StaticConstraint, StaticIndex
 from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import SeqModelConfig
+from seqmodel.draft import draft_nll
 from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 from seqmodel.inference import decode, recall_at_k
 from seqmodel.model import token_log_likelihood
@@ -48,7 +49,16 @@ def loss_fn(
     w = batch["weights"]
     count = w.sum()
     nll_sum = -(ll * w).sum()
-    return nll_sum / jnp.maximum(count, 1.0), {"nll_sum": nll_sum, "count": count}
+    loss, aux = nll_sum / jnp.maximum(count, 1.0), {"nll_sum": nll_sum, "count": count}
+    if hasattr(model, "draft"):
+        # Joint training (seqmodel.draft_head="joint"): the head's NLL on each row's last item,
+        # from a second backbone pass over history + placeholders. Its dropout key is new, so
+        # the retriever's own masks are those of a run without a head.
+        key = None if dropout_key is None else jax.random.fold_in(dropout_key, 1 << 20)
+        d_sum, d_count = draft_nll(model.draft, model, batch, key)
+        loss = loss + model.cfg.draft.loss_weight * d_sum / jnp.maximum(d_count, 1.0)
+        aux.update(draft_nll_sum=d_sum, draft_count=d_count)
+    return loss, aux
 
 
 def train_step(
@@ -89,7 +99,12 @@ class TrainResult:
 def inputs_fingerprint(cfg: SeqModelConfig, data: RetrieverData) -> str:
     """Hash of the config, SIDs and split: a checkpoint resumes only under the same inputs."""
     arrays = (data.sids, data.train.items, data.train.offsets, data.valid_targets, data.allowed)
-    return fingerprint(dataclasses.asdict(cfg), arrays=arrays)
+    fields = dataclasses.asdict(cfg)
+    if cfg.draft_head == "none":
+        # Settings of a head this retriever does not have: leaving them out keeps the
+        # fingerprints of retrievers trained before they existed.
+        del fields["draft_head"], fields["draft"]
+    return fingerprint(fields, arrays=arrays)
 
 
 def _start_over_if_inputs_changed(workdir: Path, info: dict, lead: bool) -> None:
@@ -280,9 +295,12 @@ def train_and_evaluate(
 
 def _host_row(step: int, metrics: dict) -> dict:
     m = jax.device_get(metrics)
-    return {
+    row = {
         "step": step,
         "loss": float(m["loss"]),
         "grad_norm": float(m["grad_norm"]),
         "tokens": int(m["tokens"]),
     }
+    if "draft_nll_sum" in m:
+        row["draft_nll"] = float(m["draft_nll_sum"]) / max(float(m["draft_count"]), 1.0)
+    return row

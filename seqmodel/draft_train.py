@@ -1,0 +1,308 @@
+"""The draft head's training: its loss on a retriever batch (joint training), and the add-on run
+that trains a head on a frozen retriever, with validation, checkpoints and loading."""
+
+import dataclasses
+import functools
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jaxtyping import Array, Float
+from tqdm.auto import tqdm
+
+from data import atomic
+from data.errors import ArtifactError
+from data.examples import RetrieverData
+from data.fingerprint import fingerprint
+from data.pipeline import batches
+from decoding import HashSet, HashVerify
+from seqmodel import sharding
+from seqmodel.checkpoint import Checkpoints
+from seqmodel.config import DraftConfig, SeqModelConfig
+from seqmodel.draft import DraftHead, draft_decode, draft_nll
+from seqmodel.draft_files import DRAFT_FILE
+from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, SUMMARY_FILE
+from seqmodel.inference import recall_at_k
+from seqmodel.state import TrainState
+from seqmodel.tokens import (
+    NUM_SPECIAL,
+    TokenizeExample,
+    TokenSpace,
+    WindowSource,
+    encode_histories,
+    sid_tokens,
+)
+from seqmodel.train import read_metrics
+
+
+def _loss(
+    head_params: nnx.State,
+    head_def: nnx.GraphDef,
+    backbone_def: nnx.GraphDef,
+    backbone_params: nnx.State,
+    batch: dict,
+) -> tuple[Float[Array, ""], dict]:
+    """Mean per-code NLL of the head; the backbone is an argument the gradient does not touch."""
+    head = nnx.merge(head_def, head_params)
+    backbone = nnx.merge(backbone_def, backbone_params)
+    nll_sum, count = draft_nll(head, backbone, batch)
+    return nll_sum / jnp.maximum(count, 1.0), {"nll_sum": nll_sum, "count": count}
+
+
+def train_step(
+    head_def: nnx.GraphDef,
+    backbone_def: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    state: TrainState,
+    backbone_params: nnx.State,
+    batch: dict,
+) -> tuple[TrainState, dict]:
+    """One AdamW step on the head's parameters (no dropout: the frozen retriever as at test)."""
+    grad_fn = jax.value_and_grad(_loss, has_aux=True)
+    (loss, aux), grads = grad_fn(state.params, head_def, backbone_def, backbone_params, batch)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **aux}
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def make_optimizer(cfg: DraftConfig, total_steps: int, grad_clip: float):
+    """AdamW, linear warmup then cosine decay to 10%, after global-norm clipping."""
+    warmup = min(cfg.warmup_steps, max(total_steps - 1, 0))
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, cfg.learning_rate, warmup, max(total_steps, warmup + 1), cfg.learning_rate * 0.1
+    )
+    return optax.chain(
+        optax.clip_by_global_norm(grad_clip), optax.adamw(schedule, weight_decay=cfg.weight_decay)
+    )
+
+
+def init_head(cfg: SeqModelConfig, space: TokenSpace) -> DraftHead:
+    """A fresh head for a retriever of config `cfg`; built under jit (eager init is slow)."""
+    return nnx.jit(
+        lambda: DraftHead(cfg.draft, space, cfg.d_model, rngs=nnx.Rngs(cfg.draft.seed))
+    )()
+
+
+def copy_retriever_weights(head: DraftHead, backbone: Any) -> None:
+    """W_l := the retriever's level-l head kernel, embed_l := its level-l code embeddings."""
+    L, V = head.space.num_levels, head.space.codebook_size
+    kernel_DLV = backbone.head.kernel[...].reshape(-1, L, V)
+    head.out[...] = jnp.transpose(kernel_DLV, (1, 0, 2)).astype(head.out[...].dtype)
+    # Code c of level l is token NUM_SPECIAL + l * V + c (seqmodel.tokens).
+    codes = backbone.embed.embedding[...][NUM_SPECIAL : NUM_SPECIAL + L * V]
+    head.code_embed[...] = codes.reshape(L, V, -1).astype(head.code_embed[...].dtype)
+
+
+def _new_state(cfg: SeqModelConfig, space: TokenSpace, total_steps: int, backbone=None):
+    head = init_head(cfg, space)
+    if backbone is not None and cfg.draft.init_from_retriever:
+        copy_retriever_weights(head, backbone)
+    head_def, params = nnx.split(head)
+    tx = make_optimizer(cfg.draft, total_steps, cfg.grad_clip)
+    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+    return head_def, tx, state
+
+
+@dataclasses.dataclass
+class DraftResult:
+    """The trained head's final state and the run summary (train_summary.json)."""
+
+    state: TrainState
+    summary: dict
+
+
+def train_draft(
+    cfg: SeqModelConfig,
+    workdir: Path | str,
+    backbone: Any,
+    data: RetrieverData,
+    *,
+    retriever_key: str,
+    stop_after: int | None = None,
+    show_progress: bool = True,
+) -> DraftResult:
+    """Trains `cfg.draft`'s head on the frozen `backbone` (a seqmodel Decoder), resuming.
+
+    Examples: every (history, next item) window of `data.train`. Validation: Recall@K of draft
+    decoding with hash-set verification over `data.allowed`, on the held-out items. `retriever_key`
+    names the retriever's weights (its inputs fingerprint and best step): a head trained for
+    other weights starts over.
+    """
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    dcfg = cfg.draft
+    mesh = sharding.make_mesh()
+    sharding.check_batch_size(dcfg.batch_size, mesh)
+    space = backbone.space
+    V = space.codebook_size
+    item_tokens = sid_tokens(data.sids, V)
+    source = WindowSource(data.train, cfg.max_history)
+    steps_per_epoch = len(source) // dcfg.batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(
+            f"seqmodel.draft.batch_size={dcfg.batch_size} exceeds the {len(source)} examples"
+        )
+    total = dcfg.max_steps or dcfg.num_epochs * steps_per_epoch
+    transform = TokenizeExample(item_tokens, cfg.max_history, "sliding")
+    iterator = iter(batches(source, transform, batch_size=dcfg.batch_size, seed=dcfg.seed))
+    head_def, tx, state = _new_state(cfg, space, total, backbone)
+    state = jax.device_put(state, sharding.replicated(mesh))
+    backbone_def, backbone_params = nnx.split(backbone)
+    backbone_params = jax.device_put(backbone_params, sharding.replicated(mesh))
+    lead = jax.process_index() == 0
+    arrays = (data.sids, data.train.items, data.train.offsets, data.valid_targets, data.allowed)
+    info = {
+        "seqmodel": dataclasses.asdict(cfg),
+        "num_levels": space.num_levels,
+        "codebook_size": V,
+        "retriever": retriever_key,
+        "inputs": fingerprint(dataclasses.asdict(cfg), retriever_key, arrays=arrays),
+    }
+    _start_over_if_changed(workdir, info, lead)
+    ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
+    progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
+    if ckpts.latest_step() is not None:
+        abstract = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
+        )
+        restored = ckpts.restore_latest(abstract, iterator)
+        if restored is not None:
+            state, progress = restored
+    step = int(jax.device_get(state.step))
+    if lead:
+        atomic.write_json(workdir / DRAFT_FILE, info)
+    metrics_path = workdir / METRICS_FILE
+    rows = read_metrics(metrics_path, step)
+    if lead:
+        atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+
+    step_fn = jax.jit(
+        functools.partial(train_step, head_def, backbone_def, tx), donate_argnames="state"
+    )
+    verify = jax.device_put(
+        HashVerify(HashSet.build(data.sids[data.allowed], vocab_size=V)), sharding.replicated(mesh)
+    )
+    K = cfg.eval_beam_size
+    decode_jit = jax.jit(
+        lambda hp, bp, c, t: draft_decode(
+            nnx.merge(backbone_def, bp), nnx.merge(head_def, hp), t, c, K
+        )
+    )
+    valid_tokens = encode_histories(item_tokens, data.valid_histories, cfg.max_history)
+    valid_sids = data.sids[data.valid_targets]
+    eval_batch = max(len(jax.devices()), min(256, dcfg.batch_size))
+
+    def validate_and_save(step: int) -> dict:
+        recall = recall_at_k(
+            lambda p, t: decode_jit(p, backbone_params, verify, t),
+            state.params,
+            valid_tokens,
+            valid_sids,
+            batch_size=eval_batch,
+            mesh=mesh,
+        )
+        better = recall > progress["best_recall"]
+        if better:
+            progress.update(best_recall=recall, best_step=step, bad_evals=0)
+        else:
+            progress["bad_evals"] += 1
+        progress["stopped"] = progress["bad_evals"] >= dcfg.patience
+        ckpts.save(step, state, iterator, dict(progress), best=better)
+        return {"step": step, f"valid_draft_recall@{K}": recall}
+
+    end = total if stop_after is None else min(total, stop_after)
+    bar = tqdm(total=total, initial=step, desc="draft", unit="step", disable=not show_progress)
+    pending, window, seconds = None, [], 0.0
+    t0 = time.perf_counter()
+    with jax.transfer_guard("disallow"):
+        while step < end and not progress["stopped"]:
+            batch = sharding.put_batch(next(iterator), mesh)
+            state, metrics = step_fn(state, backbone_params, batch)
+            step += 1
+            # The host reads step t-1's metrics while step t runs.
+            if pending is not None:
+                window.append(_host_row(*pending))
+            pending = (step, metrics)
+            if step % dcfg.eval_every == 0 or step == end:
+                window.append(_host_row(*pending))
+                pending = None
+                seconds += time.perf_counter() - t0
+                window.append(validate_and_save(step))
+                if lead:
+                    with open(metrics_path, "a") as f:
+                        f.writelines(json.dumps(r) + "\n" for r in window)
+                recall = window[-1][f"valid_draft_recall@{K}"]
+                bar.set_postfix(loss=f"{window[-2]['loss']:.3f}", recall=f"{recall:.3f}")
+                window = []
+                t0 = time.perf_counter()
+            bar.update(1)
+    bar.close()
+    ckpts.wait()
+    ckpts.close()
+    summary = {
+        "steps": step,
+        "total_steps": total,
+        "steps_per_epoch": steps_per_epoch,
+        "early_stopped": progress["stopped"],
+        "best_step": progress["best_step"],
+        f"best_valid_draft_recall@{K}": progress["best_recall"],
+        "train_seconds_this_run": seconds,
+    }
+    if lead:
+        atomic.write_json(workdir / SUMMARY_FILE, summary)
+    return DraftResult(state=state, summary=summary)
+
+
+def _start_over_if_changed(workdir: Path, info: dict, lead: bool) -> None:
+    """A head made from other inputs (config, SIDs, split or retriever weights) is dropped."""
+    path = workdir / DRAFT_FILE
+    if not path.exists() or json.loads(path.read_text()).get("inputs") == info["inputs"]:
+        return
+    if lead:
+        tqdm.write(f"{workdir}: config, SIDs, split or retriever changed; retraining the head")
+        shutil.rmtree(workdir / CHECKPOINTS_DIR, ignore_errors=True)
+        (workdir / METRICS_FILE).unlink(missing_ok=True)
+        (workdir / SUMMARY_FILE).unlink(missing_ok=True)
+        path.unlink()
+
+
+def _host_row(step: int, metrics: dict) -> dict:
+    m = jax.device_get(metrics)
+    return {"step": step, "loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])}
+
+
+def load_draft(draft_dir: Path | str, backbone: Any) -> tuple[DraftHead, dict]:
+    """(the best checkpoint's head, its draft.json) from a `train_draft` directory, checked to
+    belong to `backbone`'s token space and width."""
+    draft_dir = Path(draft_dir)
+    path = draft_dir / DRAFT_FILE
+    if not path.exists():
+        raise ArtifactError(f"{path}: no trained draft head; run `genret train-draft` first")
+    try:
+        info = json.loads(path.read_text())
+        cfg = SeqModelConfig(**info["seqmodel"])
+        space = TokenSpace(num_levels=info["num_levels"], codebook_size=info["codebook_size"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ArtifactError(
+            f"{path}: not a draft head description ({type(e).__name__}: {e}); retrain it"
+        ) from None
+    if space != backbone.space or cfg.d_model != backbone.cfg.d_model:
+        raise ArtifactError(
+            f"{path}: the head was trained for another retriever (token space or width differ); "
+            "retrain it with `genret train-draft`"
+        )
+    head_def, _, state = _new_state(cfg, space, 1)
+    abstract = jax.eval_shape(lambda: state)
+    ckpts = Checkpoints(draft_dir / CHECKPOINTS_DIR)
+    try:
+        restored = ckpts.restore_best_params(abstract)
+    finally:
+        ckpts.close()
+    return nnx.merge(head_def, restored.params), info
