@@ -2,7 +2,7 @@
 
 import dataclasses
 
-LAYOUTS = ("causal", "sliding")
+LAYOUTS = ("causal", "sliding", "packed")
 DRAFT_HEADS = ("none", "joint")
 DRAFT_CELLS = ("rnn", "gru", "add")
 
@@ -71,7 +71,10 @@ class SeqModelConfig:
     mlp_dim: int = 128  # hidden width of the gated MLP
     dropout: float = 0.1
     max_history: int = 20  # items kept per history (the most recent ones)
-    layout: str = "causal"  # causal: one pass per user, loss on items 2..n; sliding: one target
+    # causal: one user per row, loss on items 2..n; sliding: one row per target item; packed: as
+    # causal, with several users per row (first-fit; batch_size counts rows, an epoch is as many
+    # rows as the users' tokens fill).
+    layout: str = "causal"
     batch_size: int = 128
     learning_rate: float = 2e-3
     warmup_steps: int = 100
@@ -97,6 +100,11 @@ class SeqModelConfig:
             )
         if self.layout not in LAYOUTS:
             raise ValueError(f"seqmodel.layout: {self.layout!r} is not one of {LAYOUTS}")
+        if self.layout == "packed" and self.draft_head != "none":
+            raise ValueError(
+                "seqmodel.draft_head=joint needs one user per row (layout causal or sliding), "
+                "not layout=packed; train the head afterwards with `genret train-draft`"
+            )
         if self.d_model % self.num_heads or (self.d_model // self.num_heads) % 2:
             raise ValueError(
                 f"seqmodel.d_model={self.d_model} must split into num_heads={self.num_heads} "

@@ -126,20 +126,31 @@ class Decoder(nnx.Module):
         return out.reshape(B, T, self.space.num_levels, self.space.codebook_size)
 
     def __call__(
-        self, tokens: Int[Array, "B T"], dropout_key: jax.Array | None = None
+        self,
+        tokens: Int[Array, "B T"],
+        dropout_key: jax.Array | None = None,
+        segments: Int[Array, "B T"] | None = None,
     ) -> Float[Array, "B T L V"]:
         """Logits of every level's codes at every position."""
-        return self._logits(self._hidden(tokens, dropout_key))
+        return self._logits(self._hidden(tokens, dropout_key, segments))
 
-    def _hidden(self, tokens: jax.Array, dropout_key: jax.Array | None) -> jax.Array:
-        return self._blocks(self.embed(tokens), tokens != PAD, dropout_key)
+    def _hidden(
+        self, tokens: jax.Array, dropout_key: jax.Array | None, segments: jax.Array | None = None
+    ) -> jax.Array:
+        return self._blocks(self.embed(tokens), tokens != PAD, dropout_key, segments)
 
     def _blocks(
-        self, x: jax.Array, valid_BT: jax.Array, dropout_key: jax.Array | None
+        self,
+        x: jax.Array,
+        valid_BT: jax.Array,
+        dropout_key: jax.Array | None,
+        segments: jax.Array | None = None,
     ) -> jax.Array:
         B, T = valid_BT.shape
+        # Rotary positions are relative, so one arange serves left-padded rows and packed rows
+        # alike (a packed user's attention never crosses its segment).
         positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
-        mask = _causal_mask(valid_BT)
+        mask = _causal_mask(valid_BT, segments)
         for i, block in enumerate(self.blocks):
             key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
             x, _ = block(x, positions, mask, key)
@@ -164,18 +175,22 @@ class Decoder(nnx.Module):
         return self.norm(self._blocks(x, prompts != PAD, dropout_key))
 
     def target_logits(
-        self, inputs: Int[Array, "B T"], dropout_key: jax.Array | None = None
+        self,
+        inputs: Int[Array, "B T"],
+        dropout_key: jax.Array | None = None,
+        segments: Int[Array, "B T"] | None = None,
     ) -> Float[Array, "B T V"]:
         """Logits of only the level each position predicts (training: 1/(L+1) of the head's work).
 
-        Training inputs are BOS + whole items, left-padded by whole items, so position t always
-        predicts level t mod (L+1); T must be a multiple of L+1.
+        Training inputs are BOS + whole items, left-padded by whole items (or packed users, each
+        n * (L+1) tokens long, `segments` telling them apart), so position t always predicts
+        level t mod (L+1); T must be a multiple of L+1.
         """
         B, T = inputs.shape
         L1, V = self.space.num_levels, self.space.codebook_size
         if T % L1:
             raise ValueError(f"inputs: length {T} is not a multiple of {L1} tokens per item")
-        x = self._hidden(inputs, dropout_key)
+        x = self._hidden(inputs, dropout_key, segments)
         x = self.norm(x).reshape(B, T // L1, L1, -1)
         kernel = self.head.kernel[...].reshape(-1, L1, V)
         return jnp.einsum("bnld,dlv->bnlv", x, kernel).reshape(B, T, V)
@@ -249,12 +264,16 @@ class Decoder(nnx.Module):
         return jax.nn.log_softmax(logits, axis=-1).reshape(B, K, -1), new
 
 
-def _causal_mask(valid_BT: jax.Array) -> jax.Array:
-    """Causal mask over real tokens; a PAD query sees itself so its softmax stays finite."""
+def _causal_mask(valid_BT: jax.Array, segments_BT: jax.Array | None = None) -> jax.Array:
+    """Causal mask over real tokens, within each token's segment when rows are packed; a PAD
+    query sees itself so its softmax stays finite."""
     T = valid_BT.shape[1]
     causal = jnp.tril(jnp.ones((T, T), bool))[None, :, :]
     eye = jnp.eye(T, dtype=bool)[None, :, :]
-    return (causal & valid_BT[:, None, :]) | eye
+    mask = causal & valid_BT[:, None, :]
+    if segments_BT is not None:
+        mask &= segments_BT[:, :, None] == segments_BT[:, None, :]
+    return mask | eye
 
 
 def token_log_likelihood(

@@ -92,8 +92,25 @@ def training_example(
     return seq[:-1], seq[1:], weights
 
 
+def packed_example(
+    item_tokens: Int[np.ndarray, "N L"], items: Int[np.ndarray, " n"], max_history: int
+) -> tuple[Int[np.ndarray, " T"], Int[np.ndarray, " T"], Float[np.ndarray, " T"]]:
+    """The causal layout's (inputs, targets, weights) without padding: BOS + the last
+    `max_history` items, n * L tokens each, loss on items 2..n (for packing several users into
+    one row; every user's part starts at a multiple of L, so position t still predicts level
+    t mod L)."""
+    L = item_tokens.shape[1]
+    kept = np.asarray(items)[-max_history:]
+    seq = np.concatenate([[BOS], item_tokens[kept].reshape(-1)]).astype(np.int32)
+    weights = np.zeros(len(seq) - 1, np.float32)
+    weights[L:] = 1.0
+    return seq[:-1], seq[1:], weights
+
+
 class TokenizeExample(grain.transforms.Map):
-    """grain transform: {"items": int32[n]} -> fixed-length inputs/targets/weights arrays."""
+    """grain transform: {"items": int32[n]} -> inputs/targets/weights arrays, of fixed length
+    (causal, sliding) or of the user's own length n * L (packed: `data.pipeline.packed_batches`
+    fills the rows)."""
 
     def __init__(self, item_tokens: np.ndarray, max_history: int, layout: str):
         self.item_tokens = np.asarray(item_tokens, np.int32)
@@ -101,10 +118,13 @@ class TokenizeExample(grain.transforms.Map):
         self.layout = layout
 
     def map(self, element: dict) -> dict:
-        inputs, targets, weights = training_example(
-            self.item_tokens, element["items"], self.max_history, self.layout
-        )
-        return {"inputs": inputs, "targets": targets, "weights": weights}
+        if self.layout == "packed":
+            example = packed_example(self.item_tokens, element["items"], self.max_history)
+        else:
+            example = training_example(
+                self.item_tokens, element["items"], self.max_history, self.layout
+            )
+        return dict(zip(("inputs", "targets", "weights"), example, strict=True))
 
 
 class WindowSource:

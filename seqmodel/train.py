@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh
@@ -18,7 +19,7 @@ from tqdm.auto import tqdm
 from data import atomic
 from data.examples import RetrieverData
 from data.fingerprint import fingerprint
-from data.pipeline import HistorySource, batches
+from data.pipeline import HistorySource, batches, packed_batches
 from data.types import Histories
 from decoding import StaticConstraint, StaticIndex
 from seqmodel import sharding
@@ -44,7 +45,7 @@ def loss_fn(
 ) -> tuple[Float[Array, ""], dict]:
     """Mean negative log-likelihood of the weighted target tokens."""
     model = nnx.merge(graphdef, params)
-    logits = model.target_logits(batch["inputs"], dropout_key)
+    logits = model.target_logits(batch["inputs"], dropout_key, batch.get("segments"))
     ll = token_log_likelihood(logits, batch["targets"], model.space)
     w = batch["weights"]
     count = w.sum()
@@ -86,6 +87,16 @@ def train_step(
 def training_source(cfg: SeqModelConfig, h: Histories) -> HistorySource | WindowSource:
     """One record per user (causal layout) or per (user, target position) (sliding layout)."""
     return HistorySource(h) if cfg.layout == "causal" else WindowSource(h, cfg.max_history)
+
+
+def row_length(cfg: SeqModelConfig, space: TokenSpace) -> int:
+    """Tokens per training row: a full history's inputs (BOS + max_history items, minus one)."""
+    return space.context_length(cfg.max_history) - 1
+
+
+def packed_tokens(h: Histories, max_history: int, space: TokenSpace) -> int:
+    """Input tokens of one epoch of the packed layout (each user: its last max_history items)."""
+    return int(np.minimum(h.lengths(), max_history).sum()) * space.num_levels
 
 
 @dataclasses.dataclass
@@ -165,14 +176,29 @@ def train_and_evaluate(
     space = TokenSpace(num_levels=data.sids.shape[1], codebook_size=V)
     item_tokens = sid_tokens(data.sids, V)
     source = training_source(cfg, data.train)
-    steps_per_epoch = len(source) // cfg.batch_size
+    rows = len(source)
+    if cfg.layout == "packed":
+        rows = -(-packed_tokens(data.train, cfg.max_history, space) // row_length(cfg, space))
+    steps_per_epoch = rows // cfg.batch_size
     if steps_per_epoch == 0:
         raise ValueError(
-            f"seqmodel.batch_size={cfg.batch_size} exceeds the {len(source)} training examples"
+            f"seqmodel.batch_size={cfg.batch_size} exceeds the {rows} training rows "
+            f"(layout {cfg.layout})"
         )
     total = cfg.max_steps or cfg.num_epochs * steps_per_epoch
     transform = TokenizeExample(item_tokens, cfg.max_history, cfg.layout)
-    iterator = iter(batches(source, transform, batch_size=cfg.batch_size, seed=cfg.seed))
+    if cfg.layout == "packed":
+        iterator = iter(
+            packed_batches(
+                source,
+                transform,
+                row_length=row_length(cfg, space),
+                batch_size=cfg.batch_size,
+                seed=cfg.seed,
+            )
+        )
+    else:
+        iterator = iter(batches(source, transform, batch_size=cfg.batch_size, seed=cfg.seed))
 
     graphdef, tx, state = new_train_state(cfg, space, total)
     state = jax.device_put(state, sharding.replicated(mesh))
