@@ -9,6 +9,7 @@ import numpy as np
 import rqvae
 from data import prepared
 from data.errors import ArtifactError
+from data.examples import RetrieverData, cold_start_examples, loo_examples
 from data.types import InteractionData
 from experiments.config import Config
 from experiments.layout import RunLayout, Split
@@ -66,3 +67,23 @@ def load_json_result(path: Path) -> dict:
         raise ArtifactError(
             f"{path}: cannot be read ({type(e).__name__}); rerun the stage that writes it"
         ) from None
+
+
+def split_examples(
+    ds: InteractionData, sids: np.ndarray, split: Split, codebook_size: int, seq
+) -> RetrieverData:
+    """The training and validation examples of `split` (seq: the retriever's SeqModelConfig,
+    for its holdout size and seed)."""
+    if split.kind == "loo":
+        return loo_examples(
+            ds, sids, codebook_size=codebook_size, eval_users=seq.eval_users, seed=seq.seed
+        )
+    return cold_start_examples(
+        ds,
+        sids,
+        codebook_size=codebook_size,
+        fraction=split.fraction,
+        eval_users=seq.eval_users,
+        seed=seq.seed,
+        validation=split.validation,
+    )

@@ -36,6 +36,10 @@ COMMANDS = {
         "experiments.bench_decode",
         "latency and quality per user: beam search vs the draft decoders",
     ),
+    "bench-train": (
+        "experiments.bench_train",
+        "retriever training speed: ms/step, tokens/s, s/epoch per layout and size",
+    ),
     "bench-membership": (
         "experiments.bench_membership",
         "SID membership on device: hash set vs STATIC vs sorted binary search",

@@ -9,7 +9,6 @@ import numpy as np
 
 from data import atomic
 from data.errors import ArgumentError, ArtifactError
-from data.examples import cold_start_examples, loo_examples
 from data.fingerprint import fingerprint
 from data.splits import check_fraction, cold_start_split, leave_one_out, validation_split
 from decoding import (
@@ -21,7 +20,7 @@ from decoding import (
     Unconstrained,
 )
 from experiments import evaluate, metrics
-from experiments.artifacts import load_retriever
+from experiments.artifacts import load_retriever, split_examples
 from experiments.config import Config
 from experiments.layout import RunLayout, Split
 from experiments.retrieval_eval import cold_scoring, evaluated_inputs, load_inputs
@@ -73,19 +72,7 @@ def train_draft(
     key = retriever_key(layout, split)
     # The retriever's own sizes and holdout, and the head of the resolved config.
     seq = dataclasses.replace(model.cfg, draft=cfg.seqmodel.draft)
-    V = model.space.codebook_size
-    if split.kind == "loo":
-        data = loo_examples(ds, sids, codebook_size=V, eval_users=seq.eval_users, seed=seq.seed)
-    else:
-        data = cold_start_examples(
-            ds,
-            sids,
-            codebook_size=V,
-            fraction=split.fraction,
-            eval_users=seq.eval_users,
-            seed=seq.seed,
-            validation=split.validation,
-        )
+    data = split_examples(ds, sids, split, model.space.codebook_size, seq)
     result = train(
         seq, layout.draft(split, name), model, data, retriever_key=key, show_progress=progress
     )

@@ -15,11 +15,10 @@ import rqvae
 from data import atomic, prepared
 from data.config import amazon_category
 from data.errors import ArgumentError, ArtifactError
-from data.examples import cold_start_examples, loo_examples
 from data.types import Histories
 from experiments import config as config_lib
 from experiments import plots, report, retrieval_eval
-from experiments.artifacts import load_dataset, load_sids
+from experiments.artifacts import load_dataset, load_sids, split_examples
 from experiments.config import Config
 from experiments.layout import RunLayout, Split
 
@@ -95,18 +94,7 @@ def train_retriever(
     sids = load_sids(cfg, layout, ds)
     V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
     seq = cfg.seqmodel
-    if split.kind == "loo":
-        data = loo_examples(ds, sids, codebook_size=V, eval_users=seq.eval_users, seed=seq.seed)
-    else:
-        data = cold_start_examples(
-            ds,
-            sids,
-            codebook_size=V,
-            fraction=split.fraction,
-            eval_users=seq.eval_users,
-            seed=seq.seed,
-            validation=split.validation,
-        )
+    data = split_examples(ds, sids, split, V, seq)
     result = train_and_evaluate(seq, layout.retriever(split), data, show_progress=progress)
     paths = [layout.retriever_summary(split), layout.retriever_model(split)]
     if jax.process_index() == 0:

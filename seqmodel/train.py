@@ -89,6 +89,33 @@ def training_source(cfg: SeqModelConfig, h: Histories) -> HistorySource | Window
     return HistorySource(h) if cfg.layout == "causal" else WindowSource(h, cfg.max_history)
 
 
+def training_batches(cfg: SeqModelConfig, data: RetrieverData, item_tokens: np.ndarray):
+    """(endless iterator of the layout's training batches, steps per epoch)."""
+    space = TokenSpace(num_levels=data.sids.shape[1], codebook_size=data.codebook_size)
+    source = training_source(cfg, data.train)
+    rows = len(source)
+    if cfg.layout == "packed":
+        rows = -(-packed_tokens(data.train, cfg.max_history, space) // row_length(cfg, space))
+    steps_per_epoch = rows // cfg.batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(
+            f"seqmodel.batch_size={cfg.batch_size} exceeds the {rows} training rows "
+            f"(layout {cfg.layout})"
+        )
+    transform = TokenizeExample(item_tokens, cfg.max_history, cfg.layout)
+    if cfg.layout == "packed":
+        ds = packed_batches(
+            source,
+            transform,
+            row_length=row_length(cfg, space),
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+        )
+    else:
+        ds = batches(source, transform, batch_size=cfg.batch_size, seed=cfg.seed)
+    return iter(ds), steps_per_epoch
+
+
 def row_length(cfg: SeqModelConfig, space: TokenSpace) -> int:
     """Tokens per training row: a full history's inputs (BOS + max_history items, minus one)."""
     return space.context_length(cfg.max_history) - 1
@@ -175,30 +202,8 @@ def train_and_evaluate(
     V = data.codebook_size
     space = TokenSpace(num_levels=data.sids.shape[1], codebook_size=V)
     item_tokens = sid_tokens(data.sids, V)
-    source = training_source(cfg, data.train)
-    rows = len(source)
-    if cfg.layout == "packed":
-        rows = -(-packed_tokens(data.train, cfg.max_history, space) // row_length(cfg, space))
-    steps_per_epoch = rows // cfg.batch_size
-    if steps_per_epoch == 0:
-        raise ValueError(
-            f"seqmodel.batch_size={cfg.batch_size} exceeds the {rows} training rows "
-            f"(layout {cfg.layout})"
-        )
+    iterator, steps_per_epoch = training_batches(cfg, data, item_tokens)
     total = cfg.max_steps or cfg.num_epochs * steps_per_epoch
-    transform = TokenizeExample(item_tokens, cfg.max_history, cfg.layout)
-    if cfg.layout == "packed":
-        iterator = iter(
-            packed_batches(
-                source,
-                transform,
-                row_length=row_length(cfg, space),
-                batch_size=cfg.batch_size,
-                seed=cfg.seed,
-            )
-        )
-    else:
-        iterator = iter(batches(source, transform, batch_size=cfg.batch_size, seed=cfg.seed))
 
     graphdef, tx, state = new_train_state(cfg, space, total)
     state = jax.device_put(state, sharding.replicated(mesh))

@@ -1,0 +1,168 @@
+"""Retriever training throughput: milliseconds per step, non-PAD tokens per second and the time of
+one epoch, for several example layouts and model sizes on a work directory's data, all timed in
+one process with their steps interleaved (a shared machine slows every variant alike).
+
+Reads the dataset and SIDs of WORKDIR (`genret prepare`, `genret train-tokenizer`); trains
+nothing that is kept. Writes WORKDIR/results/bench_train_<split>.json and .md (the printed table).
+Example: genret bench-train --workdir runs/beauty --layouts causal,packed --sizes 2x64,4x128
+"""
+
+import argparse
+import dataclasses
+import functools
+import json
+import time
+
+import jax
+import numpy as np
+
+import rqvae
+from data import atomic
+from data.errors import ArgumentError
+from experiments import common
+from experiments.artifacts import split_examples
+from experiments.layout import Split
+from experiments.retrieval_eval import load_inputs
+from seqmodel.config import LAYOUTS
+from seqmodel.state import new_train_state
+from seqmodel.tokens import PAD, TokenSpace, sid_tokens
+from seqmodel.train import train_step, training_batches
+
+
+def _sizes(text: str) -> tuple[tuple[int, int], ...]:
+    try:
+        pairs = tuple(tuple(int(v) for v in s.split("x")) for s in text.split(",") if s.strip())
+    except ValueError:
+        pairs = ((0,),)
+    if not pairs or any(len(p) != 2 or min(p) < 1 for p in pairs):
+        raise argparse.ArgumentTypeError(f"expected LAYERSxWIDTH,... e.g. 2x64,4x128, got {text!r}")
+    return pairs
+
+
+def _layouts(text: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not names or any(n not in LAYOUTS for n in names):
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(LAYOUTS)}, got {text!r}")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_workdir_arg(parser)
+    parser.add_argument("--split", choices=("loo", "cold"), default="loo")
+    parser.add_argument("--cold-start", type=float, default=None, metavar="P")
+    parser.add_argument(
+        "--layouts", type=_layouts, default=("causal", "packed"), help="e.g. causal,packed"
+    )
+    parser.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=None,
+        help="LAYERSxWIDTH,... (heads: width/32, MLP: 2 x width); default: the config's model",
+    )
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
+    common.add_config_args(parser)
+
+
+def _variants(cfg, layouts, sizes):
+    seq = cfg.seqmodel
+    shapes = sizes or ((seq.num_layers, seq.d_model),)
+    for layers, width in shapes:
+        for lay in layouts:
+            if (layers, width) == (seq.num_layers, seq.d_model):
+                v = dataclasses.replace(seq, layout=lay)
+            else:
+                v = dataclasses.replace(
+                    seq,
+                    layout=lay,
+                    num_layers=layers,
+                    d_model=width,
+                    num_heads=max(width // 32, 1),
+                    mlp_dim=2 * width,
+                )
+            yield f"{lay} {layers}x{width}", v
+
+
+def bench_train(cfg, layout, split: Split, layouts, sizes, steps: int, log=print) -> dict:
+    ds, sids = load_inputs(cfg, layout)
+    V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
+    data = split_examples(ds, sids, split, V, cfg.seqmodel)
+    item_tokens = sid_tokens(data.sids, V)
+    space = TokenSpace(num_levels=data.sids.shape[1], codebook_size=V)
+    runs = {}
+    for name, v in _variants(cfg, layouts, sizes):
+        iterator, per_epoch = training_batches(v, data, item_tokens)
+        batches = [next(iterator) for _ in range(steps + 1)]
+        graphdef, tx, state = new_train_state(v, space, per_epoch * v.num_epochs)
+        fn = jax.jit(functools.partial(train_step, graphdef, tx, v.seed), donate_argnames="state")
+        state, _ = fn(state, jax.device_put(batches[0]))  # compile
+        jax.block_until_ready(state)
+        params = sum(x.size for x in jax.tree.leaves(state.params))
+        runs[name] = {"fn": fn, "state": state, "batches": batches[1:], "ms": []}
+        runs[name]["info"] = {
+            "layout": v.layout,
+            "layers": v.num_layers,
+            "width": v.d_model,
+            "params": int(params),
+            "batch_size": v.batch_size,
+            "row_tokens": int(batches[0]["inputs"].shape[1]),
+            "steps_per_epoch": per_epoch,
+            "non_pad_share": float(np.mean([(b["inputs"] != PAD).mean() for b in batches])),
+            "tokens_per_step": float(np.mean([(b["inputs"] != PAD).sum() for b in batches])),
+        }
+        log(f"[bench-train] {name}: compiled, {params:,} parameters")
+    for i in range(steps):
+        for r in runs.values():
+            batch = jax.device_put(r["batches"][i])
+            start = time.perf_counter()
+            r["state"], metrics = r["fn"](r["state"], batch)
+            jax.block_until_ready(metrics["loss"])
+            r["ms"].append((time.perf_counter() - start) * 1e3)
+    out = {"dataset": cfg.data.dataset, "split": split.name, "steps": steps, "variants": {}}
+    for name, r in runs.items():
+        ms = float(np.median(r["ms"]))
+        info = r["info"]
+        out["variants"][name] = {
+            **info,
+            "ms_per_step_median": ms,
+            "ms_per_step_p90": float(np.percentile(r["ms"], 90)),
+            "tokens_per_s": info["tokens_per_step"] / ms * 1e3,
+            "epoch_seconds": info["steps_per_epoch"] * ms / 1e3,
+        }
+    out["backend"] = jax.default_backend()
+    return out
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        f"{result['dataset']}, split {result['split']}, {result['steps']} timed steps each, "
+        f"{result['backend']}",
+        "",
+        "| variant | parameters | rows x tokens | non-PAD share | steps/epoch | ms/step median "
+        "(p90) | tokens/s | s/epoch |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, v in result["variants"].items():
+        lines.append(
+            f"| {name} | {v['params']:,} | {v['batch_size']} x {v['row_tokens']} | "
+            f"{100 * v['non_pad_share']:.0f}% | {v['steps_per_epoch']} | "
+            f"{v['ms_per_step_median']:.0f} ({v['ms_per_step_p90']:.0f}) | "
+            f"{v['tokens_per_s']:,.0f} | {v['epoch_seconds']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    common.positive("--steps", args.steps)
+    if args.split == "cold" and args.cold_start is None:
+        raise ArgumentError("--split cold needs --cold-start P")
+    split = Split(args.split, args.cold_start)
+    layout = common.layout_of(args)
+    cfg = common.resolve_config(args, layout)
+    result = bench_train(cfg, layout, split, args.layouts, args.sizes, args.steps)
+    table = markdown(result)
+    path = layout.results / f"bench_train_{split.name}.json"
+    atomic.write_json(path, result)
+    atomic.write_text(path.with_suffix(".md"), table)
+    print(table)
+    print(json.dumps({"written": [str(path), str(path.with_suffix(".md"))]}))
+    return 0

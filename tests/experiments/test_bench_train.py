@@ -1,0 +1,31 @@
+"""genret bench-train: every layout and size timed, and the packed layout fills its rows."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments import cli
+from tests.experiments.test_eval_cold_start import TRAIN_FAST, workdir  # noqa: F401
+
+
+def test_bench_train_times_each_layout_and_packing_fills_rows(workdir: Path, capsys):  # noqa: F811
+    argv = ["bench-train", "--workdir", str(workdir), "--steps", "2", "--sizes", "1x16,1x32"]
+    assert cli.main([*argv, *TRAIN_FAST]) == 0
+    res = json.loads((workdir / "results" / "bench_train_loo.json").read_text())
+    assert set(res["variants"]) == {"causal 1x16", "packed 1x16", "causal 1x32", "packed 1x32"}
+    causal, packed = res["variants"]["causal 1x16"], res["variants"]["packed 1x16"]
+    for v in (causal, packed):
+        assert v["ms_per_step_median"] > 0 and v["tokens_per_s"] > 0
+    # Same rows, fewer of them per epoch, fuller: what packing is for.
+    assert packed["row_tokens"] == causal["row_tokens"]
+    assert packed["non_pad_share"] > causal["non_pad_share"]
+    assert packed["steps_per_epoch"] < causal["steps_per_epoch"]
+    assert "| packed 1x16 |" in capsys.readouterr().out
+
+
+def test_bench_train_rejects_an_unknown_layout(workdir: Path, capsys):  # noqa: F811
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["bench-train", "--workdir", str(workdir), "--layouts", "causal,zigzag"])
+    assert usage.value.code == 2
+    assert "zigzag" in capsys.readouterr().err
