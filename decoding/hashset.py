@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree, UInt32
 
+from decoding.baselines import _mix
 from decoding.constraints import Candidates, Constraint, Level, _all_tokens
 from decoding.static_index import ArrayInput, _check_sids
 
@@ -52,20 +53,11 @@ def sid_words(sids: Int[ArrayLike, "*Q L"], vocab_size: int, xp: Any = jnp) -> U
     return xp.stack(words, axis=-1)
 
 
-def _fmix32(h, xp):
-    """MurmurHash3's finalizer: every input bit flips each output bit with probability ~1/2."""
-    h = h ^ (h >> xp.uint32(16))
-    h = h * xp.uint32(0x85EBCA6B)
-    h = h ^ (h >> xp.uint32(13))
-    h = h * xp.uint32(0xC2B2AE35)
-    return h ^ (h >> xp.uint32(16))
-
-
 def _hash(words, xp):
     """uint32 hash of key words [..., W] (multiplications wrap mod 2**32 in numpy and XLA)."""
     h = xp.zeros(words.shape[:-1], xp.uint32)
     for w in range(words.shape[-1]):
-        h = _fmix32(h * xp.uint32(0x9E3779B1) + words[..., w], xp)
+        h = _mix(h * xp.uint32(0x9E3779B1) + words[..., w])
     return h
 
 

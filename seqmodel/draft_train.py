@@ -4,7 +4,6 @@ that trains a head on a frozen retriever, with validation, checkpoints and loadi
 import dataclasses
 import functools
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from seqmodel.config import DraftConfig, SeqModelConfig
 from seqmodel.draft import DraftHead, draft_decode, draft_nll
 from seqmodel.draft_files import DRAFT_FILE
 from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, SUMMARY_FILE
-from seqmodel.inference import recall_at_k
+from seqmodel.inference import read_description, recall_at_k
 from seqmodel.state import TrainState
 from seqmodel.tokens import (
     NUM_SPECIAL,
@@ -38,7 +37,7 @@ from seqmodel.tokens import (
     encode_histories,
     sid_tokens,
 )
-from seqmodel.train import read_metrics
+from seqmodel.train import start_or_resume
 
 
 def _loss(
@@ -165,23 +164,16 @@ def train_draft(
         "retriever": retriever_key,
         "inputs": fingerprint(dataclasses.asdict(cfg), retriever_key, arrays=arrays),
     }
-    _start_over_if_changed(workdir, info, lead)
-    ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
-    progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
-    if ckpts.latest_step() is not None:
-        abstract = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
-        )
-        restored = ckpts.restore_latest(abstract, iterator)
-        if restored is not None:
-            state, progress = restored
-    step = int(jax.device_get(state.step))
-    if lead:
-        atomic.write_json(workdir / DRAFT_FILE, info)
+    ckpts, state, progress, step = start_or_resume(
+        workdir,
+        DRAFT_FILE,
+        info,
+        state,
+        iterator,
+        lead=lead,
+        what="config, SIDs, split or retriever",
+    )
     metrics_path = workdir / METRICS_FILE
-    rows = read_metrics(metrics_path, step)
-    if lead:
-        atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
 
     step_fn = jax.jit(
         functools.partial(train_step, head_def, backbone_def, tx), donate_argnames="state"
@@ -260,19 +252,6 @@ def train_draft(
     return DraftResult(state=state, summary=summary)
 
 
-def _start_over_if_changed(workdir: Path, info: dict, lead: bool) -> None:
-    """A head made from other inputs (config, SIDs, split or retriever weights) is dropped."""
-    path = workdir / DRAFT_FILE
-    if not path.exists() or json.loads(path.read_text()).get("inputs") == info["inputs"]:
-        return
-    if lead:
-        tqdm.write(f"{workdir}: config, SIDs, split or retriever changed; retraining the head")
-        shutil.rmtree(workdir / CHECKPOINTS_DIR, ignore_errors=True)
-        (workdir / METRICS_FILE).unlink(missing_ok=True)
-        (workdir / SUMMARY_FILE).unlink(missing_ok=True)
-        path.unlink()
-
-
 def _host_row(step: int, metrics: dict) -> dict:
     m = jax.device_get(metrics)
     return {"step": step, "loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])}
@@ -283,16 +262,7 @@ def load_draft(draft_dir: Path | str, backbone: Any) -> tuple[DraftHead, dict]:
     belong to `backbone`'s token space and width."""
     draft_dir = Path(draft_dir)
     path = draft_dir / DRAFT_FILE
-    if not path.exists():
-        raise ArtifactError(f"{path}: no trained draft head; run `genret train-draft` first")
-    try:
-        info = json.loads(path.read_text())
-        cfg = SeqModelConfig(**info["seqmodel"])
-        space = TokenSpace(num_levels=info["num_levels"], codebook_size=info["codebook_size"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise ArtifactError(
-            f"{path}: not a draft head description ({type(e).__name__}: {e}); retrain it"
-        ) from None
+    info, cfg, space = read_description(path, "draft head", "train-draft")
     if space != backbone.space or cfg.d_model != backbone.cfg.d_model:
         raise ArtifactError(
             f"{path}: the head was trained for another retriever (token space or width differ); "

@@ -64,20 +64,28 @@ def recall_at_k(
     return float(np.concatenate(hits)[: len(tokens)].mean())
 
 
-def load_retriever(retriever_dir: Path | str) -> Decoder:
-    """The best checkpoint's model from a `train_and_evaluate` work directory."""
-    retriever_dir = Path(retriever_dir)
-    path = retriever_dir / MODEL_FILE
+def read_description(
+    path: Path, what: str, command: str
+) -> tuple[dict, SeqModelConfig, TokenSpace]:
+    """(info, config, token space) of a trained model's JSON description (retriever.json,
+    draft.json); a missing or unreadable one is an ArtifactError naming the file."""
     if not path.exists():
-        raise ArtifactError(f"{path}: no trained retriever; run `genret train-retriever` first")
+        raise ArtifactError(f"{path}: no trained {what}; run `genret {command}` first")
     try:
         info = json.loads(path.read_text())
         cfg = SeqModelConfig(**info["seqmodel"])
         space = TokenSpace(num_levels=info["num_levels"], codebook_size=info["codebook_size"])
     except (ValueError, KeyError, TypeError) as e:
         raise ArtifactError(
-            f"{path}: not a retriever description ({type(e).__name__}: {e}); retrain it"
+            f"{path}: not a {what} description ({type(e).__name__}: {e}); retrain it"
         ) from None
+    return info, cfg, space
+
+
+def load_retriever(retriever_dir: Path | str) -> Decoder:
+    """The best checkpoint's model from a `train_and_evaluate` work directory."""
+    retriever_dir = Path(retriever_dir)
+    _, cfg, space = read_description(retriever_dir / MODEL_FILE, "retriever", "train-retriever")
     graphdef, abstract = abstract_train_state(cfg, space)
     ckpts = Checkpoints(retriever_dir / CHECKPOINTS_DIR)
     try:

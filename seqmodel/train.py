@@ -145,20 +145,38 @@ def inputs_fingerprint(cfg: SeqModelConfig, data: RetrieverData) -> str:
     return fingerprint(fields, arrays=arrays)
 
 
-def _start_over_if_inputs_changed(workdir: Path, info: dict, lead: bool) -> None:
-    """A changed config, tokenizer or split makes old checkpoints meaningless: drop them."""
-    path = workdir / MODEL_FILE
-    if not path.exists() or json.loads(path.read_text()).get("inputs") == info["inputs"]:
-        return
-    if lead:
-        tqdm.write(
-            f"{workdir}: config, SIDs or split changed since it was trained; retraining it "
-            "from scratch"
-        )
+def start_or_resume(
+    workdir: Path, info_file: str, info: dict, state, iterator, *, lead: bool, what: str
+):
+    """(checkpoints, state, progress, step) of a run in `workdir`, described by `info`.
+
+    A run made from other inputs (info["inputs"] differs from the one in `info_file`) is dropped
+    with one line; otherwise the newest checkpoint that restores is resumed (None restores: each
+    was set aside with one line, and the fresh `state` starts over). Writes `info_file` and trims
+    the metrics log to the resumed step.
+    """
+    path = workdir / info_file
+    if path.exists() and json.loads(path.read_text()).get("inputs") != info["inputs"] and lead:
+        tqdm.write(f"{workdir}: {what} changed since it was trained; retraining it from scratch")
         shutil.rmtree(workdir / CHECKPOINTS_DIR, ignore_errors=True)
-        (workdir / METRICS_FILE).unlink(missing_ok=True)
-        (workdir / SUMMARY_FILE).unlink(missing_ok=True)
-        path.unlink()
+        for name in (METRICS_FILE, SUMMARY_FILE, info_file):
+            (workdir / name).unlink(missing_ok=True)
+    ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
+    progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
+    if ckpts.latest_step() is not None:
+        abstract = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
+        )
+        restored = ckpts.restore_latest(abstract, iterator)
+        if restored is not None:
+            state, progress = restored
+    step = int(jax.device_get(state.step))
+    metrics_path = workdir / METRICS_FILE
+    rows = read_metrics(metrics_path, step)
+    if lead:
+        atomic.write_json(path, info)
+        atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+    return ckpts, state, progress, step
 
 
 def read_metrics(path: Path, upto_step: int | None = None) -> list[dict]:
@@ -215,25 +233,10 @@ def train_and_evaluate(
         "codebook_size": V,
         "inputs": inputs_fingerprint(cfg, data),
     }
-    _start_over_if_inputs_changed(workdir, info, lead)
-    ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
-    progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
-    if ckpts.latest_step() is not None:
-        abstract = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
-        )
-        # None when no checkpoint restores: each was set aside with one line, and training
-        # starts over from the fresh state.
-        restored = ckpts.restore_latest(abstract, iterator)
-        if restored is not None:
-            state, progress = restored
-    step = int(jax.device_get(state.step))
-    if lead:
-        atomic.write_json(workdir / MODEL_FILE, info)
+    ckpts, state, progress, step = start_or_resume(
+        workdir, MODEL_FILE, info, state, iterator, lead=lead, what="config, SIDs or split"
+    )
     metrics_path = workdir / METRICS_FILE
-    rows = read_metrics(metrics_path, step)
-    if lead:
-        atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
 
     step_fn = jax.jit(
         functools.partial(train_step, graphdef, tx, cfg.seed), donate_argnames="state"
