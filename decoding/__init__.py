@@ -17,6 +17,16 @@ from decoding.label_decoder import LabelResult, make_label_decoder
 from decoding.label_index import LabelCapacity, LabelIndex, subset_words
 from decoding.label_tokens import LabelTokens, tokenize_labels
 from decoding.labels import LabelConstraint, LabelState
+from decoding.live import (
+    LiveCapacity,
+    LiveCatalog,
+    LiveConstraint,
+    LiveIndex,
+    add_items,
+    set_enabled,
+    set_membership,
+    set_times,
+)
 from decoding.scoring import LevelScoring, prefix_log_prior, prior_correction
 from decoding.static_index import Capacity, StaticIndex
 
@@ -36,12 +46,17 @@ __all__ = [
     "LabelState",
     "LabelTokens",
     "LevelScoring",
+    "LiveCapacity",
+    "LiveCatalog",
+    "LiveConstraint",
+    "LiveIndex",
     "PPVApprox",
     "PPVExact",
     "SortedKeys",
     "StaticConstraint",
     "StaticIndex",
     "Unconstrained",
+    "add_items",
     "beam_search",
     "contains",
     "hash_contains",
@@ -49,6 +64,9 @@ __all__ = [
     "make_label_decoder",
     "prefix_log_prior",
     "prior_correction",
+    "set_enabled",
+    "set_membership",
+    "set_times",
     "sid_words",
     "sorted_contains",
     "subset_words",

@@ -54,6 +54,7 @@ COMMANDS = {
     "bench-constraints": ("experiments.bench_constraints", "latency/memory of constraint methods"),
     "bench-sweep": ("experiments.bench_sweep", "the paper's latency sweeps + plots"),
     "bench-labels": ("experiments.bench_labels", "per-step label-set mask vs Python tries"),
+    "bench-live": ("experiments.bench_live", "live index: toggle latency, per-request vs STATIC"),
     "classify": ("experiments.classify", "item text -> category paths, free vs constrained"),
 }
 
