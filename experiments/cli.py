@@ -56,6 +56,8 @@ COMMANDS = {
     "bench-labels": ("experiments.bench_labels", "per-step label-set mask vs Python tries"),
     "bench-live": ("experiments.bench_live", "live index: toggle latency, per-request vs STATIC"),
     "classify": ("experiments.classify", "item text -> category paths, free vs constrained"),
+    "serve": ("experiments.serve", "HTTP JSON recommendations with live item toggles"),
+    "load-test": ("experiments.load_test", "loopback load test of `genret serve` under toggles"),
 }
 
 # Builtin errors that mean bad input, a missing file or a full disk, raised by code outside the

@@ -1,0 +1,188 @@
+"""genret serve: recommendations, toggles and additions over HTTP (in-process, no socket),
+4xx naming the field with nothing changed, per-request constraints inside one server batch, and
+the load test's check on a short run."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from flax import nnx  # noqa: E402
+
+from experiments import cli, serve_app, serve_load  # noqa: E402
+from seqmodel.config import SeqModelConfig  # noqa: E402
+from seqmodel.model import Decoder  # noqa: E402
+from seqmodel.tokens import TokenSpace  # noqa: E402
+
+V, L, N = 8, 3, 60
+ASINS = [f"A{i:03d}" for i in range(N)]
+
+
+@pytest.fixture(scope="module")
+def rec() -> serve_app.Recommender:
+    """A random-weight retriever over 60 items with distinct SIDs, compiled once per module."""
+    cfg = SeqModelConfig(num_layers=1, d_model=16, num_heads=2, mlp_dim=32, max_history=4)
+    model = Decoder(cfg, TokenSpace(num_levels=L, codebook_size=V), rngs=nnx.Rngs(0))
+    flat = np.random.default_rng(0).choice(V**L, N, replace=False)
+    sids = np.stack([(flat // V**i) % V for i in (2, 1, 0)], 1)
+    times = np.arange(N) * 10  # item i "appeared" at time 10 i
+    serve_cfg = serve_app.ServeConfig(batch_size=4, max_wait_ms=20, beam_size=8)
+    return serve_app.Recommender(model, sids, ASINS, times, serve_cfg)
+
+
+def _run(rec, fn):
+    """fn(client) on a fresh app (its own batcher) in a fresh event loop."""
+
+    async def main():
+        transport = httpx.ASGITransport(app=serve_app.create_app(rec))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            return await fn(c)
+
+    return asyncio.run(main())
+
+
+def _items(r) -> list[str]:
+    assert r.status_code == 200, r.text
+    return [x["asin"] for x in r.json()["items"]]
+
+
+def test_recommend_returns_k_known_items_with_sorted_scores(rec):
+    async def go(c):
+        return await c.post("/recommend", json={"history": ASINS[:3], "k": 5})
+
+    r = _run(rec, go)
+    items = r.json()["items"]
+    assert len(items) == 5 and {x["asin"] for x in items} <= set(ASINS)
+    scores = [x["score"] for x in items]
+    assert scores == sorted(scores, reverse=True) and np.isfinite(scores).all()
+
+
+def test_disabled_items_never_returned_then_back_after_enable(rec):
+    async def go(c):
+        first = _items(await c.post("/recommend", json={"history": ASINS[:2], "k": 8}))
+        assert (await c.post("/items/disable", json={"asins": first[:3]})).status_code == 200
+        after = _items(await c.post("/recommend", json={"history": ASINS[:2], "k": 8}))
+        assert (await c.post("/items/enable", json={"asins": first[:3]})).status_code == 200
+        again = _items(await c.post("/recommend", json={"history": ASINS[:2], "k": 8}))
+        return first, after, again
+
+    first, after, again = _run(rec, go)
+    assert not set(first[:3]) & set(after)
+    assert again == first
+
+
+def test_one_batch_serves_rows_with_different_constraints(rec):
+    """Concurrent requests land in one padded batch; each gets the result of its own sets and
+    window (and the same as when sent alone)."""
+    bodies = [
+        {"history": ASINS[:3], "k": 8, "newer_than": 400},
+        {"history": ASINS[:3], "k": 8},
+        {"history": ASINS[5:7], "k": 8, "newer_than": 550},
+    ]
+
+    async def go(c):
+        together = await asyncio.gather(*[c.post("/recommend", json=b) for b in bodies])
+        alone = [await c.post("/recommend", json=b) for b in bodies]
+        metrics = (await c.get("/metrics")).json()
+        return together, alone, metrics
+
+    together, alone, metrics = _run(rec, go)
+    got = [_items(r) for r in together]
+    assert got == [_items(r) for r in alone]
+    assert all(ASINS.index(a) * 10 >= 400 for a in got[0])
+    assert set(got[2]) <= {ASINS[i] for i in range(55, 60)} and len(got[2]) == 5
+    assert len(got[1]) == 8
+    assert "3" in metrics["batch_sizes"], metrics  # the three shared one decode call
+
+
+def test_added_item_is_decodable(rec):
+    async def go(c):
+        used = {tuple(rec.catalog._sids[i]) for i in range(rec.catalog.num_items)}
+        sid = next(s for s in np.ndindex(V, V, V) if s not in used)
+        body = {"items": [{"asin": "NEW-1", "sid": list(sid), "time": 5}]}
+        r = await c.post("/items/add", json=body)
+        assert r.status_code == 200 and r.json()["added"] == 1, r.text
+        only_new = await c.post("/recommend", json={"history": ["NEW-1"], "k": 3, "sets": ["new"]})
+        again = await c.post("/items/add", json=body)
+        return only_new, again
+
+    only_new, again = _run(rec, go)
+    assert _items(only_new) == ["NEW-1"]  # the one item of set "new", and usable in a history
+    assert again.status_code == 422 and again.json()["field"] == "items[0].asin"
+
+
+@pytest.mark.parametrize(
+    "path,body,field",
+    [
+        ("/recommend", {"history": ["A000", "nope"]}, "history[1]"),
+        ("/recommend", {"history": ASINS[:5]}, "history"),  # max_history is 4
+        ("/recommend", {"history": ASINS[:2], "sets": ["in_stock", "bogus"]}, "sets[1]"),
+        ("/recommend", {"history": ASINS[:2], "k": 9}, "k"),
+        ("/recommend", {"history": ASINS[:2], "k": "many"}, "k"),
+        ("/recommend", {"history": ASINS[:2], "extra": 1}, "extra"),
+        ("/recommend", {"k": 3}, "history"),
+        ("/items/disable", {"asins": ["A001", "A002", "zzz"]}, "asins[2]"),
+        ("/items/disable", {"asins": []}, "asins"),
+        ("/items/enable", {"asins": [7]}, "asins[0]"),
+        ("/items/membership", {"asins": ["A001"], "set": "bogus", "member": False}, "set"),
+        ("/items/add", {"items": [{"asin": "X", "sid": [0, 0]}]}, "items[0].sid"),
+        ("/items/add", {"items": [{"asin": "X", "sid": [0, 0, 99]}]}, "items[0].sid"),
+        ("/items/add", {"items": [{"asin": "A003", "sid": [0, 0, 0]}]}, "items[0].asin"),
+    ],
+)
+def test_bad_requests_are_422_naming_the_field_and_change_nothing(rec, path, body, field):
+    before = tuple(np.asarray(x).copy() for x in (rec.catalog.index.item_flags,))
+    n = rec.catalog.num_items
+
+    async def go(c):
+        return await c.post(path, json=body)
+
+    r = _run(rec, go)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == field and r.json()["error"].startswith(field), r.json()
+    assert rec.catalog.num_items == n
+    np.testing.assert_array_equal(np.asarray(rec.catalog.index.item_flags), before[0])
+
+
+def test_health_and_metrics_count_requests(rec):
+    async def go(c):
+        await c.post("/recommend", json={"history": ["nope"]})
+        return (await c.get("/health")).json(), (await c.get("/metrics")).json()
+
+    health, metrics = _run(rec, go)
+    assert health["status"] == "ok" and health["max_history"] == 4 and health["max_k"] == 8
+    assert metrics["requests"]["/recommend 422"] == 1
+
+
+def test_load_test_finds_no_disabled_item_and_no_error(rec):
+    """A short run of the load test in-process: the toggler exercises the filter."""
+    cfg = serve_load.LoadConfig(
+        concurrency=(1, 4),
+        requests=24,
+        seconds=5,
+        k=4,
+        toggle_rate=200,
+        toggle_batch=10,
+        disabled_window=10,
+    )
+    histories = [[ASINS[(3 * u + j) % N] for j in range(3)] for u in range(20)]
+
+    async def main():
+        transport = httpx.ASGITransport(app=serve_app.create_app(rec))
+        return await serve_load.run_load("http://test", histories, cfg, transport=transport)
+
+    result = asyncio.run(main())
+    for level in result["levels"]:
+        assert level["errors"] == 0 and level["disabled_returned"] == 0, level
+        assert level["requests"] > 0 and level["toggles_per_s"] > 0
+    assert sum(x["filtered_responses"] for x in result["levels"]) > 0
+    assert "| 4 |" in serve_load.markdown(result)
+
+
+def test_serve_without_retriever_is_one_line_error(tmp_path, capsys):
+    assert cli.main(["serve", "--workdir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "genret prepare" in err and len(err.strip().splitlines()) == 1
