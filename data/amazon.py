@@ -120,6 +120,17 @@ def _parse_meta_line(line: str):
     return ast.literal_eval(line)
 
 
+def meta_record(line: str) -> dict:
+    """One metadata line as a dict with a string 'asin'; ValueError saying what is wrong."""
+    try:
+        d = _parse_meta_line(line)
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
+        raise ValueError(f"malformed metadata ({type(e).__name__})") from None
+    if not isinstance(d, dict) or not isinstance(d.get("asin"), str):
+        raise ValueError("expected a dict with a string 'asin'")
+    return d
+
+
 def read_meta(path: str | os.PathLike, wanted: set[str], *, skip_bad_lines: bool = False):
     """Returns ({asin: metadata dict} for the wanted asins, report); first line per asin wins."""
     path = Path(path)
@@ -133,12 +144,9 @@ def read_meta(path: str | os.PathLike, wanted: set[str], *, skip_bad_lines: bool
         if m and (m.group(1) not in wanted or m.group(1) in meta):
             continue
         try:
-            d = _parse_meta_line(line)
-        except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
-            bad(lineno, f"malformed metadata ({type(e).__name__})")
-            continue
-        if not isinstance(d, dict) or not isinstance(d.get("asin"), str):
-            bad(lineno, "expected a dict with a string 'asin'")
+            d = meta_record(line)
+        except ValueError as e:
+            bad(lineno, str(e))
             continue
         if d["asin"] in wanted and d["asin"] not in meta:
             meta[d["asin"]] = d

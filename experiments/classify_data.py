@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from data import rawio
-from data.amazon import _parse_meta_line
+from data.amazon import meta_record
 from data.errors import InputError
 
 PATH_JOIN = " > "  # "Skin Care > Face > Cleansers"
@@ -55,12 +55,9 @@ def read_items(path: str | os.PathLike, *, skip_bad_lines: bool = False) -> Cata
             continue
         lines += 1
         try:
-            d = _parse_meta_line(line)
-        except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
-            bad(lineno, f"malformed metadata ({type(e).__name__})")
-            continue
-        if not isinstance(d, dict) or not isinstance(d.get("asin"), str):
-            bad(lineno, "expected a dict with a string 'asin'")
+            d = meta_record(line)
+        except ValueError as e:
+            bad(lineno, str(e))
             continue
         text = " ".join(
             d[k].strip() for k in ("title", "brand") if isinstance(d.get(k), str) and d[k].strip()

@@ -126,3 +126,14 @@ def _manager(directory: Path, *, max_to_keep: int) -> ocp.CheckpointManager:
         max_to_keep=max_to_keep, create=True, multiprocessing_options=multiprocessing
     )
     return ocp.CheckpointManager(directory, options=options)
+
+
+def record_validation(progress: dict, step: int, recall: float, patience: int) -> bool:
+    """Early-stopping bookkeeping of one validation; True when it is the best so far."""
+    better = recall > progress["best_recall"]
+    if better:
+        progress.update(best_recall=recall, best_step=step, bad_evals=0)
+    else:
+        progress["bad_evals"] += 1
+    progress["stopped"] = progress["bad_evals"] >= patience
+    return better

@@ -22,7 +22,7 @@ from data.fingerprint import fingerprint
 from data.pipeline import batches
 from decoding import HashSet, HashVerify
 from seqmodel import sharding
-from seqmodel.checkpoint import Checkpoints
+from seqmodel.checkpoint import Checkpoints, record_validation
 from seqmodel.config import DraftConfig, SeqModelConfig
 from seqmodel.draft import DraftHead, draft_decode, draft_nll
 from seqmodel.draft_files import DRAFT_FILE
@@ -200,12 +200,7 @@ def train_draft(
             batch_size=eval_batch,
             mesh=mesh,
         )
-        better = recall > progress["best_recall"]
-        if better:
-            progress.update(best_recall=recall, best_step=step, bad_evals=0)
-        else:
-            progress["bad_evals"] += 1
-        progress["stopped"] = progress["bad_evals"] >= dcfg.patience
+        better = record_validation(progress, step, recall, dcfg.patience)
         ckpts.save(step, state, iterator, dict(progress), best=better)
         return {"step": step, f"valid_draft_recall@{K}": recall}
 

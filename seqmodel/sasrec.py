@@ -23,7 +23,7 @@ from data import atomic
 from data.fingerprint import fingerprint
 from data.pipeline import HistorySource, batches, padded_batches
 from data.types import Histories
-from seqmodel.checkpoint import Checkpoints
+from seqmodel.checkpoint import Checkpoints, record_validation
 from seqmodel.config import SeqModelConfig
 from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE, SUMMARY_FILE
 from seqmodel.model import DecoderBlock, RMSNorm
@@ -202,12 +202,7 @@ def train_and_evaluate(
             seconds += time.perf_counter() - t0
             pred = top_k(graphdef, state.params, valid_items, k=10, batch_size=256)
             recall = _recall(pred, valid_targets)
-            better = recall > progress["best_recall"]
-            if better:
-                progress.update(best_recall=recall, best_step=step, bad_evals=0)
-            else:
-                progress["bad_evals"] += 1
-            progress["stopped"] = progress["bad_evals"] >= cfg.patience
+            better = record_validation(progress, step, recall, cfg.patience)
             ckpts.save(step, state, iterator, dict(progress), best=better)
             bar.set_postfix(loss=f"{float(metrics['loss']):.3f}", recall10=f"{recall:.4f}")
             t0 = time.perf_counter()

@@ -23,7 +23,7 @@ from data.pipeline import HistorySource, batches, packed_batches
 from data.types import Histories
 from decoding import StaticConstraint, StaticIndex
 from seqmodel import sharding
-from seqmodel.checkpoint import Checkpoints
+from seqmodel.checkpoint import Checkpoints, record_validation
 from seqmodel.config import SeqModelConfig
 from seqmodel.draft import draft_nll
 from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
@@ -263,12 +263,7 @@ def train_and_evaluate(
         recall = recall_at_k(
             decode_fn, state.params, valid_tokens, valid_sids, batch_size=eval_batch, mesh=mesh
         )
-        better = recall > progress["best_recall"]
-        if better:
-            progress.update(best_recall=recall, best_step=step, bad_evals=0)
-        else:
-            progress["bad_evals"] += 1
-        progress["stopped"] = progress["bad_evals"] >= cfg.patience
+        better = record_validation(progress, step, recall, cfg.patience)
         ckpts.save(step, state, iterator, dict(progress), best=better)
         return {"step": step, f"valid_recall@{cfg.eval_beam_size}": recall}
 
