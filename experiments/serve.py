@@ -22,6 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="requests per decode call")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="batch gathering window")
     parser.add_argument("--beam-size", type=int, default=20, help="beam width = the largest k")
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="toggle items in place on the device (no index copy: for large catalogs; a toggle "
+        "waits for the decodes in flight)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(f"--port: must be in [0, 65535], got {args.port}")
     split = Split(args.split, args.cold_start)
     cfg = serve_app.ServeConfig(
-        batch_size=args.batch_size, max_wait_ms=args.max_wait_ms, beam_size=args.beam_size
+        batch_size=args.batch_size,
+        max_wait_ms=args.max_wait_ms,
+        beam_size=args.beam_size,
+        in_place=args.in_place,
     )
     rec = serve_app.load_recommender(common.layout_of(args), split, cfg)
     where = f"http://{args.host}:{args.port}"

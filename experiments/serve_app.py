@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -28,7 +29,7 @@ from fastapi.responses import JSONResponse
 from flax import nnx
 from pydantic import BaseModel, ConfigDict, Field
 
-from decoding.live import MAX_SETS, TIME_MIN, LiveCatalog, lookup
+from decoding.live import MAX_SETS, TIME_MIN, LiveCatalog, LiveConstraint, lookup
 from seqmodel.inference import decode
 from seqmodel.model import Decoder
 from seqmodel.tokens import encode_history, sid_tokens
@@ -43,6 +44,9 @@ class ServeConfig:
     max_wait_ms: float = 5.0  # how long a batch waits for more requests after its first
     beam_size: int = 20  # K: also the largest k a request may ask for
     set_names: tuple[str, ...] = ("in_stock", "new")  # "new": items added by /items/add
+    # Toggles update the device index in place (no copy: for large catalogs); a toggle then
+    # waits for the decodes in flight to finish.
+    in_place: bool = False
 
 
 class RequestError(Exception):
@@ -123,6 +127,7 @@ class Recommender:
             set_names=cfg.set_names,
             sets=np.full(len(sids), (1 << len(cfg.set_names)) - 1 - old),
             times=times,
+            in_place=cfg.in_place,
         )
         graphdef, params = nnx.split(model)
         self._params = jax.device_put(params)
@@ -168,9 +173,13 @@ class Recommender:
         B = self.cfg.batch_size
         rows = rows + [self._pad_row()] * (B - len(rows))
         tokens = np.stack([r[0] for r in rows])
-        c = self.catalog.constraint([r[1] for r in rows], [r[2] for r in rows])
-        res = self._decode(self._params, c, jax.device_put(tokens))
-        toks, scores, valid = jax.device_get((res.tokens, res.scores, res.valid))
+        sets = jnp.asarray([r[1] for r in rows], jnp.int32)
+        min_time = jnp.asarray([r[2] for r in rows], jnp.int32)
+        # The index is held until the results are on the host (an in-place toggle waits).
+        with self.catalog.reading() as index:
+            c = LiveConstraint(index, sets, min_time)
+            res = self._decode(self._params, c, jax.device_put(tokens))
+            toks, scores, valid = jax.device_get((res.tokens, res.scores, res.valid))
         toks = toks.astype(np.int32)
         out = []
         for b in range(B):
@@ -242,7 +251,8 @@ class Recommender:
             for j, it in zip(ids, items, strict=True):
                 self.ids[it.asin] = int(j)
         # Past the index's spare capacity, a background rebuild places them (decodable then).
-        placed = np.asarray(lookup(self.catalog.index, sids)) >= 0
+        with self.catalog.reading() as index:
+            placed = np.asarray(lookup(index, sids)) >= 0
         return {"added": len(items), "decodable_now": int(placed.sum())}
 
 

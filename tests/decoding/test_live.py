@@ -325,3 +325,55 @@ def test_swap_under_concurrent_decoding_loses_no_update():
     enabled = set(range(N + 40)) - set(gone) - set(during)
     assert got[0] == {tuple(sids[i]) for i in enabled}
     assert got[1] == {tuple(s) for s in sids[N:]}
+
+
+def test_in_place_toggles_under_concurrent_readers():
+    """in_place=True: donated updates while readers decode inside `reading()`; no reader sees a
+    deleted buffer or an item disabled before its decode began."""
+    rng = np.random.default_rng(3)
+    V8, L3, N, K = 8, 3, 120, 8
+    sids = distinct_sids(rng, N, V8, L3)
+    cat = LiveCatalog(sids, vocab_size=V8, set_names=NAMES, in_place=True)
+    lp = jnp.asarray(random_log_probs(rng, 2, L3, V8))
+    search = _search(K, L3)
+    gone = np.arange(0, N, 3)  # disabled for good before the readers start
+    cat.set_enabled(gone, False)
+    forbidden = {tuple(s) for s in sids[gone]}
+    errors, decodes, stop = [], [0], threading.Event()
+
+    def reader():
+        try:
+            while not stop.is_set():
+                with cat.reading() as index:
+                    c = LiveConstraint(
+                        index, jnp.asarray([0, 1], jnp.int32), jnp.full(2, TIME_MIN, jnp.int32)
+                    )
+                    res = jax.block_until_ready(search(lp[:, 0], {"lp": lp}, c))
+                toks, valid = np.asarray(res.tokens), np.asarray(res.valid)
+                beams = {
+                    tuple(t)
+                    for t, ok in zip(toks.reshape(-1, L3).tolist(), valid.reshape(-1), strict=True)
+                    if ok
+                }
+                assert beams and not beams & forbidden, beams
+                decodes[0] += 1
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for t in readers:
+        t.start()
+    flip = np.setdiff1d(np.arange(N), gone)
+    for i in range(60):  # toggle other items back and forth while the readers decode
+        cat.set_enabled(flip[i % 7 :: 7], bool(i % 2))
+    while decodes[0] < 10 and not errors:
+        threading.Event().wait(0.01)
+    stop.set()
+    for t in readers:
+        t.join()
+    assert not errors, errors[0]
+    flags = np.asarray(cat.index.item_flags)
+    assert not (flags[gone] & (1 << 30)).any()
+    # The last write of each residue class decides its state: 53..59 wrote True for odd i.
+    for i in range(53, 60):
+        assert ((flags[flip[i % 7 :: 7]] & (1 << 30)) != 0).all() == bool(i % 2)

@@ -21,15 +21,18 @@ V, L, N = 8, 3, 60
 ASINS = [f"A{i:03d}" for i in range(N)]
 
 
-@pytest.fixture(scope="module")
-def rec() -> serve_app.Recommender:
-    """A random-weight retriever over 60 items with distinct SIDs, compiled once per module."""
+@pytest.fixture(scope="module", params=[False, True], ids=["copy", "in_place"])
+def rec(request) -> serve_app.Recommender:
+    """A random-weight retriever over 60 items with distinct SIDs, compiled once per module;
+    toggles copy the index or update it in place."""
     cfg = SeqModelConfig(num_layers=1, d_model=16, num_heads=2, mlp_dim=32, max_history=4)
     model = Decoder(cfg, TokenSpace(num_levels=L, codebook_size=V), rngs=nnx.Rngs(0))
     flat = np.random.default_rng(0).choice(V**L, N, replace=False)
     sids = np.stack([(flat // V**i) % V for i in (2, 1, 0)], 1)
     times = np.arange(N) * 10  # item i "appeared" at time 10 i
-    serve_cfg = serve_app.ServeConfig(batch_size=4, max_wait_ms=20, beam_size=8)
+    serve_cfg = serve_app.ServeConfig(
+        batch_size=4, max_wait_ms=20, beam_size=8, in_place=request.param
+    )
     return serve_app.Recommender(model, sids, ASINS, times, serve_cfg)
 
 
