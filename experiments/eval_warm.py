@@ -9,6 +9,7 @@ WORKDIR/results/nezha[_static]_warm.json.
 
 import argparse
 
+from data.errors import ArgumentError
 from experiments import common, draft_eval, report, stages
 
 
@@ -19,6 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--decoder", choices=draft_eval.DECODERS, default="beam", help="beam search or a draft head"
     )
     parser.add_argument("--draft-name", default="", help="the head of `train-draft --name`")
+    parser.add_argument(
+        "--validation",
+        action="store_true",
+        help="score every user's second-to-last item instead of the last (the tuning protocol; "
+        "beam search only); writes results/validation_warm.json",
+    )
     common.add_config_args(parser)
 
 
@@ -27,8 +34,12 @@ def run(args: argparse.Namespace) -> int:
     draft_eval.check_name("--draft-name", args.draft_name)
     layout = common.layout_of(args)
     cfg = common.resolve_config(args, layout)
+    if args.validation and args.decoder != "beam":
+        raise ArgumentError("--validation: only with --decoder beam")
     if args.decoder == "beam":
-        written = stages.evaluate_warm(cfg, layout, batch_size=args.batch_size)
+        written = stages.evaluate_warm(
+            cfg, layout, batch_size=args.batch_size, validation=args.validation
+        )
     else:
         written = draft_eval.evaluate_warm(
             cfg, layout, args.decoder, batch_size=args.batch_size, name=args.draft_name

@@ -173,6 +173,11 @@ class RunLayout:
         return self.results / "warm.json"
 
     @property
+    def validation_warm_result(self) -> Path:
+        """`genret eval-warm --validation`: every user's second-to-last item (tuning)."""
+        return self.results / "validation_warm.json"
+
+    @property
     def sasrec(self) -> Path:
         """The SASRec baseline's checkpoints and training summary."""
         return self.root / "sasrec_loo"

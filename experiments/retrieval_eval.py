@@ -1,5 +1,6 @@
 """Cold-start and leave-one-out evaluations of a trained retriever, written to WORKDIR/results/."""
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -219,13 +220,22 @@ def evaluate_cold_start(
     return result
 
 
-def evaluate_warm(cfg: Config, layout: RunLayout, *, batch_size: int = 64) -> dict:
-    """TIGER's leave-one-out: Recall/NDCG@5/10, unconstrained and constrained to all items."""
+def evaluate_warm(
+    cfg: Config, layout: RunLayout, *, batch_size: int = 64, validation: bool = False
+) -> dict:
+    """TIGER's leave-one-out: Recall/NDCG@5/10, unconstrained and constrained to all items.
+
+    `validation`: the same on every user's second-to-last item (never trained on; the tuning
+    protocol, far larger than the retriever's own 1,000-user holdout)."""
     loo = Split("loo")
     ds, sids = load_inputs(cfg, layout)
     rdir = layout.retriever(loo)
     model = load_retriever(layout, loo)
     split = leave_one_out(ds)
+    if validation:
+        split = dataclasses.replace(
+            split, test_histories=split.valid_histories, test_targets=split.valid_targets
+        )
     V, L = model.space.codebook_size, model.space.num_levels
     targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
     K = max(cfg.eval.beam_size, 10)  # Recall@10 needs at least 10 beams
@@ -254,6 +264,7 @@ def evaluate_warm(cfg: Config, layout: RunLayout, *, batch_size: int = 64) -> di
             for name, d in decoded.items()
         },
         "seed": cfg.eval.seed,
+        "split": "validation" if validation else "test",
     }
-    atomic.write_json(layout.warm_result, result)
+    atomic.write_json(layout.validation_warm_result if validation else layout.warm_result, result)
     return result

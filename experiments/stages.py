@@ -119,10 +119,14 @@ def evaluate_cold_start(
     return Written((layout.cold_start_result(fraction, validation=validation),), result)
 
 
-def evaluate_warm(cfg: Config, layout: RunLayout, *, batch_size: int = 64) -> Written:
-    """TIGER's leave-one-out Recall/NDCG@5/10 of the leave-one-out retriever."""
-    result = retrieval_eval.evaluate_warm(cfg, layout, batch_size=batch_size)
-    return Written((layout.warm_result,), result)
+def evaluate_warm(
+    cfg: Config, layout: RunLayout, *, batch_size: int = 64, validation: bool = False
+) -> Written:
+    """TIGER's leave-one-out Recall/NDCG@5/10 of the leave-one-out retriever (`validation`: on
+    every user's second-to-last item instead of the last)."""
+    result = retrieval_eval.evaluate_warm(cfg, layout, batch_size=batch_size, validation=validation)
+    path = layout.validation_warm_result if validation else layout.warm_result
+    return Written((path,), result)
 
 
 def write_report(cfg: Config, layout: RunLayout) -> Written:
