@@ -1,6 +1,7 @@
 """Grain input pipelines over per-user records: random-access sources, padding, seeded batches."""
 
 import dataclasses
+import threading
 from collections.abc import Iterator
 
 import grain
@@ -104,6 +105,100 @@ def packed_batches(
         shuffle_bins=True,
     )
     return packed.map(_segments).batch(batch_size, drop_remainder=True)
+
+
+class BucketedBatches:
+    """Random-access source of whole batches, one user per row, each batch drawn from one bucket
+    of similar history lengths and cut to that bucket's width (for `bucketed_batches`).
+
+    Batch i is batch i mod `steps_per_epoch` of epoch i // `steps_per_epoch`: per epoch a seeded
+    shuffle of the records, split by bucket into full batches (each bucket's remainder waits for
+    the next epoch's shuffle), the batches in a seeded order. So the i-th batch is a pure function
+    of (seed, i), which is what makes the iterator's state a single index.
+    """
+
+    def __init__(
+        self, source, transform, lengths, widths, *, batch_size: int, seed: int, unit: int
+    ):
+        lengths = np.asarray(lengths)
+        self._widths = np.asarray(sorted(set(int(w) for w in widths)))
+        if len(lengths) != len(source):
+            raise ValueError(f"BucketedBatches: {len(lengths)} lengths for {len(source)} records")
+        if lengths.size and lengths.max() > self._widths[-1]:
+            raise ValueError(f"BucketedBatches: a length {lengths.max()} exceeds every width")
+        self._source, self._fn = source, getattr(transform, "map", transform)
+        self._bucket = np.searchsorted(self._widths, lengths)  # the narrowest width that fits
+        self._batch_size, self._seed, self._unit = batch_size, seed, unit
+        counts = np.bincount(self._bucket, minlength=len(self._widths))
+        self.steps_per_epoch = int((counts // batch_size).sum())
+        if self.steps_per_epoch == 0:
+            raise ValueError(
+                f"batch_size={batch_size} exceeds every length bucket's records {counts.tolist()}"
+            )
+        self._lock = threading.Lock()
+        self._cached: tuple[int, list[np.ndarray]] | None = None
+
+    def __len__(self) -> int:
+        return self.steps_per_epoch * 1_000_000  # endless for any real schedule
+
+    def plan(self, epoch: int) -> list[np.ndarray]:
+        """The record ids of every batch of `epoch`, in order."""
+        with self._lock:
+            if self._cached is not None and self._cached[0] == epoch:
+                return self._cached[1]
+        rng = np.random.default_rng([self._seed, epoch])
+        order = rng.permutation(len(self._bucket))
+        out = []
+        for b in range(len(self._widths)):
+            ids = order[self._bucket[order] == b]
+            k = len(ids) // self._batch_size
+            out.extend(ids[: k * self._batch_size].reshape(k, self._batch_size))
+        out = [out[j] for j in rng.permutation(len(out))]
+        with self._lock:
+            self._cached = (epoch, out)
+        return out
+
+    def __getitem__(self, i: int) -> dict:
+        epoch, j = divmod(int(i), self.steps_per_epoch)
+        ids = self.plan(epoch)[j]
+        rows = [self._fn(self._source[int(u)]) for u in ids]
+        width = int(self._widths[self._bucket[ids[0]]]) * self._unit
+        return {k: np.stack([r[k][-width:] for r in rows]) for k in rows[0]}
+
+
+def bucketed_batches(
+    source,
+    transform,
+    lengths,
+    widths,
+    *,
+    batch_size: int,
+    seed: int,
+    unit: int,
+    num_threads: int = 2,
+    prefetch: int = 4,
+) -> tuple[grain.IterDataset, int]:
+    """(endless batches of left-padded rows cut to their bucket's width, steps per epoch).
+
+    `lengths[r]` is record r's length in items and `widths` the bucket widths in items; a row of
+    `transform`'s output must be left-padded, so its last `width * unit` columns hold every real
+    token of a record that fits the width. Fewer padded positions than `batches` at the cost of
+    one compiled step per width; checkpointable as `batches` is.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    src = BucketedBatches(
+        source, transform, lengths, widths, batch_size=batch_size, seed=seed, unit=unit
+    )
+    options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
+    return grain.MapDataset.source(src).to_iter_dataset(options), src.steps_per_epoch
+
+
+def bucket_widths(lengths, quantiles=(0.3, 0.55, 0.75, 0.9, 1.0)) -> list[int]:
+    """Bucket widths (in items) at the given quantiles of the lengths: at most one compiled shape
+    per quantile, and most rows close to their bucket's width."""
+    lengths = np.asarray(lengths)
+    return sorted(set(int(np.ceil(np.quantile(lengths, q))) for q in quantiles))
 
 
 def _segments(row: dict) -> dict:

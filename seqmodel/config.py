@@ -2,7 +2,7 @@
 
 import dataclasses
 
-LAYOUTS = ("causal", "sliding", "packed")
+LAYOUTS = ("causal", "sliding", "packed", "bucketed")
 DRAFT_HEADS = ("none", "joint")
 DRAFT_CELLS = ("rnn", "gru", "add")
 
@@ -73,7 +73,8 @@ class SeqModelConfig:
     max_history: int = 20  # items kept per history (the most recent ones)
     # causal: one user per row, loss on items 2..n; sliding: one row per target item; packed: as
     # causal, with several users per row (first-fit; batch_size counts rows, an epoch is as many
-    # rows as the users' tokens fill).
+    # rows as the users' tokens fill); bucketed: as causal, each batch drawn from users of similar
+    # history length and cut to their bucket's width (fewer padded positions, one user per row).
     layout: str = "causal"
     batch_size: int = 128
     learning_rate: float = 2e-3

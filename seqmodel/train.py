@@ -19,7 +19,13 @@ from tqdm.auto import tqdm
 from data import atomic
 from data.examples import RetrieverData
 from data.fingerprint import fingerprint
-from data.pipeline import HistorySource, batches, packed_batches
+from data.pipeline import (
+    HistorySource,
+    batches,
+    bucket_widths,
+    bucketed_batches,
+    packed_batches,
+)
 from data.types import Histories
 from decoding import StaticConstraint, StaticIndex
 from seqmodel import sharding
@@ -85,8 +91,8 @@ def train_step(
 
 
 def training_source(cfg: SeqModelConfig, h: Histories) -> HistorySource | WindowSource:
-    """One record per user (causal layout) or per (user, target position) (sliding layout)."""
-    return HistorySource(h) if cfg.layout == "causal" else WindowSource(h, cfg.max_history)
+    """One record per user (causal, bucketed, packed) or per (user, target position) (sliding)."""
+    return WindowSource(h, cfg.max_history) if cfg.layout == "sliding" else HistorySource(h)
 
 
 def training_batches(cfg: SeqModelConfig, data: RetrieverData, item_tokens: np.ndarray):
@@ -103,6 +109,18 @@ def training_batches(cfg: SeqModelConfig, data: RetrieverData, item_tokens: np.n
             f"(layout {cfg.layout})"
         )
     transform = TokenizeExample(item_tokens, cfg.max_history, cfg.layout)
+    if cfg.layout == "bucketed":
+        lengths = np.minimum(data.train.lengths(), cfg.max_history)
+        ds, steps_per_epoch = bucketed_batches(
+            source,
+            TokenizeExample(item_tokens, cfg.max_history, "causal"),
+            lengths,
+            bucket_widths(lengths),
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            unit=space.num_levels,
+        )
+        return iter(ds), steps_per_epoch
     if cfg.layout == "packed":
         ds = packed_batches(
             source,
