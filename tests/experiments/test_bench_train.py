@@ -1,4 +1,4 @@
-"""genret bench-train: every layout and size timed, and the packed layout fills its rows."""
+"""genret bench-train: every layout and size timed; packing and bucketing fill their rows."""
 
 import json
 from pathlib import Path
@@ -11,12 +11,21 @@ from tests.experiments.test_eval_cold_start import TRAIN_FAST, workdir  # noqa: 
 
 def test_bench_train_times_each_layout_and_packing_fills_rows(workdir: Path, capsys):  # noqa: F811
     argv = ["bench-train", "--workdir", str(workdir), "--steps", "2", "--sizes", "1x16,1x32"]
-    assert cli.main([*argv, *TRAIN_FAST]) == 0
+    # Rows of 12 items: room for several of the tiny set's short histories (a row of the
+    # preset's 5 holds one user at most, so packing could not show).
+    wide = ["--set", "seqmodel.max_history=12"]
+    assert cli.main([*argv, *TRAIN_FAST, *wide]) == 0
     res = json.loads((workdir / "results" / "bench_train_loo.json").read_text())
-    assert set(res["variants"]) == {"causal 1x16", "packed 1x16", "causal 1x32", "packed 1x32"}
+    assert set(res["variants"]) == {
+        f"{lay} {size}" for lay in ("causal", "bucketed", "packed") for size in ("1x16", "1x32")
+    }
     causal, packed = res["variants"]["causal 1x16"], res["variants"]["packed 1x16"]
-    for v in (causal, packed):
+    bucketed = res["variants"]["bucketed 1x16"]
+    for v in (causal, packed, bucketed):
         assert v["ms_per_step_median"] > 0 and v["tokens_per_s"] > 0
+    # One user per row as causal, rows cut to their bucket: never wider, never emptier.
+    assert max(bucketed["widths"]) <= causal["row_tokens"]
+    assert bucketed["non_pad_share"] >= causal["non_pad_share"]
     # Same rows, fewer of them per epoch, fuller: what packing is for.
     assert packed["row_tokens"] == causal["row_tokens"]
     assert packed["non_pad_share"] > causal["non_pad_share"]
