@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decoding import beam_search
+from decoding import beam_search, live
 from decoding.live import (
     ADDED,
     DUPLICATE,
@@ -193,6 +193,32 @@ def test_narrow_beams_never_return_a_disallowed_item():
         ]
         assert set(beams) <= allowed and len(beams) == min(K, len(allowed))
         assert np.all(np.asarray(res.scores[b])[len(beams) :] == -np.inf)
+
+
+@pytest.mark.parametrize("leaf_slots", [0, 8, 1 << 30])
+def test_stored_and_computed_maxima_decode_alike(monkeypatch, leaf_slots):
+    """Maxima stored at every depth, at some, or at none (read off the items): the same beams
+    after toggles, set changes, new times and additions."""
+    monkeypatch.setattr(live, "_LEAF_SLOTS", leaf_slots)
+    rng = np.random.default_rng(4)
+    V4, L3, N = 4, 3, 40
+    sids = distinct_sids(rng, N + 8, V4, L3)
+    attrs = {"sets": rng.integers(0, 8, N), "times": rng.integers(0, 9, N)}
+    idx = LiveIndex.build(sids[:N], vocab_size=V4, set_names=NAMES, spare=0.5, **attrs)
+    assert len(idx.summary) == {0: 2, 8: 1, 1 << 30: 0}[leaf_slots]
+    idx = set_enabled(idx, rng.choice(N, 10, replace=False), False)
+    idx = set_membership(idx, "fresh_7d", rng.choice(N, 10, replace=False), False)
+    idx = set_times(idx, np.arange(5), [9, 1, 9, 1, 9])
+    idx, status = add_items(
+        idx, np.arange(N, N + 8), sids[N:], sets=rng.integers(0, 8, 8), times=np.full(8, 7)
+    )
+    assert (status == ADDED).all()
+    requests = [(0, TIME_MIN), (3, 0), (5, 7), (7, 4)]
+    got = _decode(
+        idx, [r for r, _ in requests], [t for _, t in requests], random_log_probs(rng, 4, L3, V4)
+    )
+    for b, (R, t) in enumerate(requests):
+        assert got[b] == {tuple(sids[i]) for i in allowed_items(idx, R, t)}
 
 
 def test_no_recompilation_across_toggles_additions_and_request_sets():

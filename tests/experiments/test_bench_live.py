@@ -16,3 +16,6 @@ def test_bench_live_small_catalog(tmp_path):
     assert res["updates"]["add_1000_status_counts"] == {"1": 1000}  # 1: ADDED
     assert res["compiled_searches"] == 2
     assert 0 < res["per_request_valid_rate"] <= 1
+    # Both ratios to STATIC: of the medians, and the median of the per-rep (paired) ratios.
+    for key in ("per_request_vs_static", "live_global_vs_static"):
+        assert res[key] > 0 and res[key + "_paired"] > 0
