@@ -137,6 +137,11 @@ class BucketedBatches:
             )
         self._lock = threading.Lock()
         self._cached: tuple[int, list[np.ndarray]] | None = None
+        # The loss divides by the mean weight of a row over all records, not by this batch's
+        # own: a token weighs the same in a batch of short histories as in one of long ones, as
+        # in the causal layout's random batches (where each batch's count is near the mean).
+        total = sum(float(self._fn(source[i])["weights"].sum()) for i in range(len(source)))
+        self._row_weight = np.float32(total / max(len(source), 1))
 
     def __len__(self) -> int:
         return self.steps_per_epoch * 1_000_000  # endless for any real schedule
@@ -163,7 +168,9 @@ class BucketedBatches:
         ids = self.plan(epoch)[j]
         rows = [self._fn(self._source[int(u)]) for u in ids]
         width = int(self._widths[self._bucket[ids[0]]]) * self._unit
-        return {k: np.stack([r[k][-width:] for r in rows]) for k in rows[0]}
+        batch = {k: np.stack([r[k][-width:] for r in rows]) for k in rows[0]}
+        batch["norm"] = np.full(len(ids), self._row_weight, np.float32)
+        return batch
 
 
 def bucketed_batches(

@@ -56,7 +56,10 @@ def loss_fn(
     w = batch["weights"]
     count = w.sum()
     nll_sum = -(ll * w).sum()
-    loss, aux = nll_sum / jnp.maximum(count, 1.0), {"nll_sum": nll_sum, "count": count}
+    # "norm" (bucketed layout): the batch's expected weight, so that every token weighs the same
+    # whatever the lengths its batch holds.
+    denominator = batch["norm"].sum() if "norm" in batch else count
+    loss, aux = nll_sum / jnp.maximum(denominator, 1.0), {"nll_sum": nll_sum, "count": count}
     if hasattr(model, "draft"):
         # Joint training (seqmodel.draft_head="joint"): the head's NLL on each row's last item,
         # from a second backbone pass over history + placeholders. Its dropout key is new, so

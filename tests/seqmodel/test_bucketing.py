@@ -123,3 +123,26 @@ def test_bucketed_training_resumes_exactly(tmp_path):
     b = jax.tree.leaves(jax.device_get(resumed.state.params))
     for x, y in zip(a, b, strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+
+
+def test_every_batch_divides_its_loss_by_the_mean_row_weight_of_the_epoch():
+    """A token weighs the same in a batch of short histories as in one of long ones."""
+    h, tok = _source()
+    src, _, _ = _batches(h, tok, max_history=6, batch_size=4)
+    full = TokenizeExample(tok, 6, "causal")
+    mean = np.mean([full.map({"items": h[u]})["weights"].sum() for u in range(len(h))])
+    sums = set()
+    for i in range(src.steps_per_epoch):
+        batch = src[i]
+        np.testing.assert_allclose(batch["norm"], mean, rtol=1e-6)
+        sums.add(float(batch["weights"].sum()))
+    assert len(sums) > 1, "every batch had the same weight: the test shows nothing"
+    data = _data()
+    graphdef, params = nnx.split(init_model(CFG, SPACE))
+    tf = TokenizeExample(sid_tokens(data.sids, V), CFG.max_history, "causal")
+    ex = [tf.map({"items": data.train[u]}) for u in range(4)]
+    batch = {k: jnp.asarray(np.stack([e[k] for e in ex])) for k in ex[0]}
+    plain, aux = loss_fn(params, graphdef, batch, None)
+    normed, _ = loss_fn(params, graphdef, {**batch, "norm": jnp.full(4, 10.0)}, None)
+    np.testing.assert_allclose(float(normed), float(aux["nll_sum"]) / 40.0, rtol=1e-5)
+    np.testing.assert_allclose(float(plain), float(aux["nll_sum"] / aux["count"]), rtol=1e-5)
