@@ -183,12 +183,26 @@ def _select(scores_BK: Float[Array, "B K"], cand: Candidates, K: int):
     flat = jnp.minimum(flat, Kin * C - 1)
     parent = flat // C
     # The slot is not the token (a sparse slot is an edge), so tokens and aux are gathered by x.
-    token = jnp.take_along_axis(cand.tokens.reshape(B, Kin * C), flat, axis=1)
-    aux = jax.tree.map(lambda a: jnp.take_along_axis(a.reshape(B, Kin * C), flat, axis=1), cand.aux)
+    token = _take_slots(cand.tokens.reshape(B, Kin * C), flat)
+    aux = jax.tree.map(lambda a: _take_slots(a.reshape(B, Kin * C), flat), cand.aux)
     return parent, token, aux, top
+
+
+def _take_slots(a: Array, flat: Int[Array, "B K"]) -> Array:
+    """a [B, Kin * C] at flat slots x = parent * C + slot -> [B, K]."""
+    # 0 <= flat < Kin * C (top_k indices, capped in `_select`), so a plain gather (mode="clip",
+    # no negative wrap) reads the same entries without the default mode's index selects.
+    return jnp.take_along_axis(a, flat, axis=1, mode="clip", wrap_negative_indices=False)
 
 
 def _reorder(tree, parent: Int[Array, "B K"]):
     """Gathers every leaf [B, Kin, ...] along axis 1 by parent beam -> [B, K, ...]."""
     # vmap over B: each row's parents index its own Kin beams (never another row's).
-    return jax.tree.map(lambda x: jax.vmap(lambda xb, pb: xb[pb])(x, parent), tree)
+    return jax.tree.map(lambda x: jax.vmap(_take_beams)(x, parent), tree)
+
+
+def _take_beams(x: Array, parent: Int[Array, " K"]) -> Array:
+    """x [Kin, ...] at rows parent -> [K, ...]."""
+    # Parents are flat // C with 0 <= flat < Kin * C (see `_select`), so in [0, Kin): a plain
+    # (clip) gather, without the negative-index wrap that `x[parent]` adds.
+    return jnp.take(x, parent, axis=0, mode="clip")

@@ -125,15 +125,23 @@ class StaticConstraint(Constraint):
             # A traced level (the fori_loop) needs one shape for every level: the widest.
             width = max(idx.capacity.widths)
         # Clipping keeps gathers in range for states of dead beams, which `_select` masks anyway.
+        # The gathers use mode="clip" (a plain XLA gather): the default mode adds selects that
+        # wrap negative indices and fill out-of-range ones (docs/BENCHMARKS.md, "Live
+        # constraints"); the comments below say why each gather gets the same entries either way.
         s = jnp.clip(state, 0, idx.capacity.nodes - 1)
-        start = jnp.take(idx.row_ptr, s)
-        end = jnp.take(idx.row_ptr, s + 1)
+        # row_ptr has capacity.nodes + 1 entries and 0 <= s <= nodes - 1, so s and s + 1 are in it.
+        start = jnp.take(idx.row_ptr, s, mode="clip")
+        end = jnp.take(idx.row_ptr, s + 1, mode="clip")
         edge_BKW = start[..., None] + _iota(width, state.ndim)
         valid = edge_BKW < end[..., None]
         # Slot w is edge start + w: its token comes from the edge list, its log-prob from the
-        # model's V log-probs at that token.
+        # model's V log-probs at that token. Invalid slots (past the node's last edge) may index
+        # past the edge list, which the clip keeps in it (as before); every entry, padding
+        # included (0), is a token in [0, V), so the log-prob gather is always in range.
         tok_BKW = jnp.take(idx.tokens, edge_BKW, mode="clip").astype(jnp.int32)
-        lp_BKW = jnp.take_along_axis(log_probs, tok_BKW, axis=-1)
+        lp_BKW = jnp.take_along_axis(
+            log_probs, tok_BKW, axis=-1, mode="clip", wrap_negative_indices=False
+        )
         return Candidates(tok_BKW, lp_BKW, valid, edge_BKW)
 
     def advance(
@@ -205,7 +213,9 @@ def contains(index: StaticIndex, sids: Int[ArrayLike, "Q L"]) -> Bool[Array, " Q
         # Sparse: scan the node's (at most `width`) edges for the token t.
         width = index.capacity.widths[level - d]
         s = jnp.clip(state, 0, index.capacity.nodes - 1)
-        start, end = jnp.take(index.row_ptr, s), jnp.take(index.row_ptr, s + 1)
+        # In range as in `candidates` (row_ptr has nodes + 1 entries, s <= nodes - 1).
+        start = jnp.take(index.row_ptr, s, mode="clip")
+        end = jnp.take(index.row_ptr, s + 1, mode="clip")
         edge_QW = start[:, None] + _iota(width, 1)
         tok_QW = jnp.take(index.tokens, edge_QW, mode="clip").astype(jnp.int32)
         match_QW = (edge_QW < end[:, None]) & (tok_QW == t[:, None])
