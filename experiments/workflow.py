@@ -11,6 +11,7 @@ from experiments import ledger, stages
 from experiments.artifacts import load_json_result, load_retriever
 from experiments.config import Config
 from experiments.layout import RunLayout, Split
+from seqmodel.config import identity_fields
 
 # The leave-one-out evaluation does not read the cold-start scoring fields; leaving them out of
 # its key keeps a finished leave-one-out result up to date when only they change.
@@ -29,7 +30,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
             check=lambda: stages.load_sids(cfg, layout, stages.load_dataset(layout)),
         )
     ]
-    seq = dataclasses.asdict(cfg.seqmodel)
+    seq = identity_fields(cfg.seqmodel)
     ev = (dataclasses.asdict(cfg.eval), dataclasses.asdict(cfg.decode))
     warm_eval = {k: v for k, v in ev[0].items() if k not in _COLD_ONLY_EVAL_FIELDS}
 

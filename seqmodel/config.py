@@ -3,6 +3,7 @@
 import dataclasses
 
 LAYOUTS = ("causal", "sliding", "packed", "bucketed")
+ARCHS = ("token", "item")
 DRAFT_HEADS = ("none", "joint")
 DRAFT_CELLS = ("rnn", "gru", "add")
 
@@ -65,6 +66,10 @@ class SeqModelConfig:
     2-core reference CPU (docs/BENCHMARKS.md, "Retriever training").
     """
 
+    # token: one backbone position per SID token, the codes decoded by the backbone with a KV
+    # cache (seqmodel.model.Decoder); item: one position per history item, the codes decoded by a
+    # GRU head on the backbone's state (seqmodel.item_model.ItemDecoder, L+1 times fewer positions).
+    arch: str = "token"
     num_layers: int = 2
     d_model: int = 64  # D
     num_heads: int = 2  # H
@@ -101,6 +106,13 @@ class SeqModelConfig:
             )
         if self.layout not in LAYOUTS:
             raise ValueError(f"seqmodel.layout: {self.layout!r} is not one of {LAYOUTS}")
+        if self.arch not in ARCHS:
+            raise ValueError(f"seqmodel.arch: {self.arch!r} is not one of {ARCHS}")
+        if self.arch == "item" and (self.layout == "packed" or self.draft_head != "none"):
+            raise ValueError(
+                "seqmodel.arch=item takes one user per row (layout causal, sliding or bucketed) "
+                "and no draft head (it decodes in its own head)"
+            )
         if self.layout == "packed" and self.draft_head != "none":
             raise ValueError(
                 "seqmodel.draft_head=joint needs one user per row (layout causal or sliding), "
@@ -116,3 +128,12 @@ class SeqModelConfig:
                 raise ValueError(f"seqmodel.{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"seqmodel.dropout must be in [0, 1), got {self.dropout}")
+
+
+def identity_fields(cfg: SeqModelConfig) -> dict:
+    """`cfg` as a dict for fingerprints: fields added since with their old behaviour left out, so
+    that retrievers trained before they existed keep their fingerprints."""
+    fields = dataclasses.asdict(cfg)
+    if cfg.arch == "token":
+        del fields["arch"]
+    return fields

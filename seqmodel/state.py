@@ -10,6 +10,7 @@ import optax
 from flax import nnx
 
 from seqmodel.config import SeqModelConfig
+from seqmodel.item_model import ItemDecoder
 from seqmodel.model import Decoder
 from seqmodel.tokens import TokenSpace
 
@@ -35,9 +36,11 @@ def make_optimizer(cfg: SeqModelConfig, total_steps: int) -> optax.GradientTrans
     )
 
 
-def init_model(cfg: SeqModelConfig, space: TokenSpace) -> Decoder:
-    """A fresh Decoder; built under jit (eager init compiles every random op separately)."""
-    return nnx.jit(lambda: Decoder(cfg, space, rngs=nnx.Rngs(cfg.seed)))()
+def init_model(cfg: SeqModelConfig, space: TokenSpace) -> Decoder | ItemDecoder:
+    """A fresh retriever of `cfg.arch`; built under jit (eager init compiles every random op
+    separately)."""
+    cls = ItemDecoder if cfg.arch == "item" else Decoder
+    return nnx.jit(lambda: cls(cfg, space, rngs=nnx.Rngs(cfg.seed)))()
 
 
 def new_train_state(

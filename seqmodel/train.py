@@ -30,7 +30,7 @@ from data.types import Histories
 from decoding import StaticConstraint, StaticIndex
 from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints, record_validation
-from seqmodel.config import SeqModelConfig
+from seqmodel.config import SeqModelConfig, identity_fields
 from seqmodel.draft import draft_nll
 from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 from seqmodel.inference import decode, recall_at_k
@@ -158,7 +158,7 @@ class TrainResult:
 def inputs_fingerprint(cfg: SeqModelConfig, data: RetrieverData) -> str:
     """Hash of the config, SIDs and split: a checkpoint resumes only under the same inputs."""
     arrays = (data.sids, data.train.items, data.train.offsets, data.valid_targets, data.allowed)
-    fields = dataclasses.asdict(cfg)
+    fields = identity_fields(cfg)
     if cfg.draft_head == "none":
         # Settings of a head this retriever does not have: leaving them out keeps the
         # fingerprints of retrievers trained before they existed.

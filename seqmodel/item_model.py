@@ -1,0 +1,123 @@
+"""The item-level retriever (`seqmodel.arch=item`): one backbone position per history item, and a
+recurrent head that writes the next item's SID code by code.
+
+The token-level `Decoder` spends L+1 backbone positions on every history item. Here an item's
+input is the sum of its codes' embeddings (one position), so a history of n items costs n
+positions, not 1 + n (L+1); the next item's codes come from a GRU over the levels started at the
+backbone's state (as in the NEZHA draft head, whose decoding this is):
+    s_0 = h,   p_l = softmax(W_l norm(s_l)),   s_{l+1} = GRU_l(embed(c_l), s_l).
+The token layout of histories, training rows, weights and targets is the token-level model's, so
+every layout but `packed`, the losses, checkpoints and `decoding.beam_search` serve both; the
+beam search's cache is the GRU state [B, D] instead of a KV cache.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from seqmodel.config import SeqModelConfig
+from seqmodel.draft import Transition
+from seqmodel.model import DecoderBlock, RMSNorm, _causal_mask
+from seqmodel.tokens import NUM_SPECIAL, PAD, TokenSpace
+
+
+class ItemDecoder(nnx.Module):
+    """Code embeddings, a stack of DecoderBlocks over item positions, a GRU over SID levels and
+    one bias-free output projection per level."""
+
+    def __init__(self, cfg: SeqModelConfig, space: TokenSpace, *, rngs: nnx.Rngs):
+        self.cfg, self.space = cfg, space
+        self.context = space.context_length(cfg.max_history)
+        D, L, V = cfg.d_model, space.num_levels, space.codebook_size
+        self.embed = nnx.Embed(space.vocab_size, D, rngs=rngs)
+        self.blocks = nnx.List([DecoderBlock(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.norm = RMSNorm(D, rngs=rngs)
+        self.transition = Transition("gru", L - 1, D, rngs=rngs)
+        self.head_norm = RMSNorm(D, rngs=rngs)
+        # Small output init: near-uniform code softmaxes at step 0, as in the token-level head.
+        self.head = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (L, D, V)))
+
+    def _item_states(self, tokens: jax.Array, dropout_key: jax.Array | None) -> jax.Array:
+        """Final-norm backbone states [B, G, D], one per group of L+1 tokens.
+
+        `tokens` is a training row's inputs (BOS + items, minus the last token: G = T / (L+1)
+        groups) or a history to prefill (BOS + items: G = n + 1). Group g ends with token
+        g (L+1), which is BOS or an item's last code, so its input is the L+1 tokens up to and
+        including that one: BOS alone, or one whole item. Its state predicts the next item.
+        """
+        B, T = tokens.shape
+        L = self.space.num_levels
+        G = -(-T // L)
+        windows = jnp.concatenate([jnp.full((B, L - 1), PAD, tokens.dtype), tokens], axis=1)
+        windows = windows[:, : G * L].reshape(B, G, L)
+        real = windows != PAD
+        x = (self.embed(windows) * real[..., None]).sum(axis=2)
+        valid_BG = real[:, :, -1]
+        positions = jnp.broadcast_to(jnp.arange(G)[None, :], (B, G))
+        mask = _causal_mask(valid_BG)
+        for i, block in enumerate(self.blocks):
+            key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
+            x, _ = block(x, positions, mask, key)
+        return self.norm(x)
+
+    def _level_logits(self, level, s: jax.Array) -> jax.Array:
+        """W_level norm(s); `level` may be traced (the beam search's loop)."""
+        w = jax.lax.dynamic_index_in_dim(self.head[...], level, axis=0, keepdims=False)
+        return self.head_norm(s) @ w
+
+    def _next(self, level, tokens: jax.Array, s: jax.Array) -> jax.Array:
+        """s_{level+1} from the level-offset token id of the code chosen at `level`."""
+        return self.transition(level, self.embed(tokens), s)
+
+    def target_logits(
+        self,
+        inputs: Int[Array, "B T"],
+        dropout_key: jax.Array | None = None,
+        segments: Int[Array, "B T"] | None = None,
+    ) -> Float[Array, "B T V"]:
+        """Logits of the level each position predicts, teacher-forced (cf. `Decoder`).
+
+        Position g (L+1) + l predicts level l of the item after group g; the codes it is
+        conditioned on, levels 0..l-1 of that item, are the inputs at g (L+1) + 1 .. + l.
+        """
+        if segments is not None:
+            raise ValueError("seqmodel.arch=item does not take packed rows (seqmodel.layout)")
+        B, T = inputs.shape
+        L = self.space.num_levels
+        if T % L:
+            raise ValueError(f"inputs: length {T} is not a multiple of {L} tokens per item")
+        s = self._item_states(inputs, dropout_key)
+        fed_BGL = inputs.reshape(B, T // L, L)
+        out = []
+        for level in range(L):
+            out.append(self._level_logits(level, s))
+            if level + 1 < L:
+                s = self._next(level, fed_BGL[:, :, level + 1], s)
+        return jnp.stack(out, axis=2).reshape(B, T, -1)
+
+    def prefill(self, tokens: Int[Array, "B T"]) -> tuple[Float[Array, "B V"], jax.Array]:
+        """Level-0 log-probs after a left-padded history, and the GRU state as the cache."""
+        B, T = tokens.shape
+        L = self.space.num_levels
+        if T > self.context or T % L != 1 % L:
+            raise ValueError(
+                f"histories: {T} tokens is not BOS + whole items of {L} tokens within the "
+                f"model's context of {self.context}"
+            )
+        s = self._item_states(tokens, None)[:, -1]
+        return jax.nn.log_softmax(self._level_logits(0, s), axis=-1), s
+
+    def step(
+        self, codes: Int[Array, "B K"], level: int | Int[Array, ""], s: Float[Array, "B K D"]
+    ) -> tuple[Float[Array, "B K V"], jax.Array]:
+        """Feeds the codes chosen at `level - 1`; returns log-probs over level `level`'s codes."""
+        tokens = NUM_SPECIAL + (level - 1) * self.space.codebook_size + codes
+        s = self._next(level - 1, tokens, s)
+        return jax.nn.log_softmax(self._level_logits(level, s), axis=-1), s
+
+    def prompt_states(self, *args, **kwargs):
+        raise ValueError(
+            "NEZHA draft heads need the token-level retriever (seqmodel.arch=token); the "
+            "item-level retriever (seqmodel.arch=item) already decodes in its own head"
+        )
