@@ -6,6 +6,7 @@ Reads the dataset and SIDs of WORKDIR (`genret prepare`, `genret train-tokenizer
 nothing that is kept. Writes WORKDIR/results/bench_train_<split>.json and .md (the printed table).
 Example:
     genret bench-train --workdir runs/beauty --layouts causal,bucketed,packed --sizes 2x64,4x128
+    genret bench-train --workdir runs/beauty --layouts bucketed --archs token,item
 """
 
 import argparse
@@ -24,7 +25,7 @@ from experiments import common
 from experiments.artifacts import split_examples
 from experiments.layout import Split
 from experiments.retrieval_eval import load_inputs
-from seqmodel.config import LAYOUTS
+from seqmodel.config import ARCHS, LAYOUTS
 from seqmodel.state import new_train_state
 from seqmodel.tokens import PAD, TokenSpace, sid_tokens
 from seqmodel.train import train_step, training_batches
@@ -40,11 +41,14 @@ def _sizes(text: str) -> tuple[tuple[int, int], ...]:
     return pairs
 
 
-def _layouts(text: str) -> tuple[str, ...]:
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    if not names or any(n not in LAYOUTS for n in names):
-        raise argparse.ArgumentTypeError(f"expected some of {','.join(LAYOUTS)}, got {text!r}")
-    return names
+def _names(allowed: tuple[str, ...]):
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(x.strip() for x in text.split(",") if x.strip())
+        if not names or any(n not in allowed for n in names):
+            raise argparse.ArgumentTypeError(f"expected some of {','.join(allowed)}, got {text!r}")
+        return names
+
+    return parse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,9 +57,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cold-start", type=float, default=None, metavar="P")
     parser.add_argument(
         "--layouts",
-        type=_layouts,
+        type=_names(LAYOUTS),
         default=("causal", "bucketed", "packed"),
         help="e.g. causal,bucketed,packed",
+    )
+    parser.add_argument(
+        "--archs",
+        type=_names(ARCHS),
+        default=None,
+        help="retriever architectures, e.g. token,item (packed rows are token only); "
+        "default: the config's",
     )
     parser.add_argument(
         "--sizes",
@@ -67,33 +78,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_config_args(parser)
 
 
-def _variants(cfg, layouts, sizes):
+def _variants(cfg, layouts, sizes, archs=None):
     seq = cfg.seqmodel
     shapes = sizes or ((seq.num_layers, seq.d_model),)
+    archs = archs or (seq.arch,)
     for layers, width in shapes:
-        for lay in layouts:
-            if (layers, width) == (seq.num_layers, seq.d_model):
-                v = dataclasses.replace(seq, layout=lay)
-            else:
-                v = dataclasses.replace(
-                    seq,
-                    layout=lay,
-                    num_layers=layers,
-                    d_model=width,
-                    num_heads=max(width // 32, 1),
-                    mlp_dim=2 * width,
-                )
-            yield f"{lay} {layers}x{width}", v
+        for arch in archs:
+            for lay in layouts:
+                if arch == "item" and lay == "packed":
+                    continue  # the item-level retriever takes one user per row
+                if (layers, width) == (seq.num_layers, seq.d_model):
+                    v = dataclasses.replace(seq, layout=lay, arch=arch)
+                else:
+                    v = dataclasses.replace(
+                        seq,
+                        layout=lay,
+                        arch=arch,
+                        num_layers=layers,
+                        d_model=width,
+                        num_heads=max(width // 32, 1),
+                        mlp_dim=2 * width,
+                    )
+                name = f"{lay} {layers}x{width}"
+                yield (f"{name} {arch}" if len(archs) > 1 else name), v
 
 
-def bench_train(cfg, layout, split: Split, layouts, sizes, steps: int, log=print) -> dict:
+def bench_train(
+    cfg, layout, split: Split, layouts, sizes, steps: int, log=print, archs=None
+) -> dict:
     ds, sids = load_inputs(cfg, layout)
     V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
     data = split_examples(ds, sids, split, V, cfg.seqmodel)
     item_tokens = sid_tokens(data.sids, V)
     space = TokenSpace(num_levels=data.sids.shape[1], codebook_size=V)
     runs = {}
-    for name, v in _variants(cfg, layouts, sizes):
+    for name, v in _variants(cfg, layouts, sizes, archs):
         iterator, per_epoch = training_batches(v, data, item_tokens)
         batches = [next(iterator) for _ in range(steps + 1)]
         graphdef, tx, state = new_train_state(v, space, per_epoch * v.num_epochs)
@@ -109,6 +128,7 @@ def bench_train(cfg, layout, split: Split, layouts, sizes, steps: int, log=print
         runs[name] = {"fn": fn, "state": state, "batches": batches[1:], "ms": []}
         runs[name]["info"] = {
             "layout": v.layout,
+            "arch": v.arch,
             "layers": v.num_layers,
             "width": v.d_model,
             "params": int(params),
@@ -171,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     split = Split(args.split, args.cold_start)
     layout = common.layout_of(args)
     cfg = common.resolve_config(args, layout)
-    result = bench_train(cfg, layout, split, args.layouts, args.sizes, args.steps)
+    result = bench_train(cfg, layout, split, args.layouts, args.sizes, args.steps, archs=args.archs)
     table = markdown(result)
     path = layout.results / f"bench_train_{split.name}.json"
     atomic.write_json(path, result)

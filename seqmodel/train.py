@@ -258,6 +258,10 @@ def train_and_evaluate(
         workdir, MODEL_FILE, info, state, iterator, lead=lead, what="config, SIDs or split"
     )
     metrics_path = workdir / METRICS_FILE
+    # Training seconds before this run (a resumed one), so the log's clock counts the whole run.
+    seconds_before = max(
+        (r.get("train_seconds", 0.0) for r in read_metrics(metrics_path, step)), default=0.0
+    )
 
     step_fn = jax.jit(
         functools.partial(train_step, graphdef, tx, cfg.seed), donate_argnames="state"
@@ -310,6 +314,7 @@ def train_and_evaluate(
                 train_seconds, tokens_seen = train_seconds + seconds, tokens_seen + tokens
                 tps = tokens / max(seconds, 1e-9)
                 window[-1]["tokens_per_s"] = tps
+                window[-1]["train_seconds"] = seconds_before + train_seconds
                 window.append(validate_and_save(step))
                 if lead:
                     _append(metrics_path, window)

@@ -38,3 +38,17 @@ def test_bench_train_rejects_an_unknown_layout(workdir: Path, capsys):  # noqa: 
         cli.main(["bench-train", "--workdir", str(workdir), "--layouts", "causal,zigzag"])
     assert usage.value.code == 2
     assert "zigzag" in capsys.readouterr().err
+
+
+def test_bench_train_times_both_archs_and_skips_packed_item_rows(workdir: Path):  # noqa: F811
+    argv = ["bench-train", "--workdir", str(workdir), "--steps", "2", "--sizes", "1x16"]
+    assert cli.main([*argv, "--archs", "token,item", *TRAIN_FAST]) == 0
+    res = json.loads((workdir / "results" / "bench_train_loo.json").read_text())
+    assert set(res["variants"]) == {
+        "causal 1x16 token",
+        "bucketed 1x16 token",
+        "packed 1x16 token",
+        "causal 1x16 item",
+        "bucketed 1x16 item",
+    }
+    assert res["variants"]["causal 1x16 item"]["arch"] == "item"

@@ -77,7 +77,7 @@ def _data(fraction=0.1, cfg=CFG) -> RetrieverData:
 def _logged(workdir: Path) -> list[dict]:
     """metrics.jsonl without the timing-dependent tokens/s."""
     rows = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "train_seconds")} for r in rows]
 
 
 def _params(result):
