@@ -15,7 +15,7 @@ from experiments.config import Config
 from experiments.layout import RunLayout, Split
 from rqvae.sids import check_sids_match
 from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE
-from seqmodel.model import Decoder
+from seqmodel.state import Retriever
 
 _loaded: dict[str, tuple[str, InteractionData]] = {}
 
@@ -48,8 +48,8 @@ def load_sids(cfg: Config, layout: RunLayout, ds: InteractionData) -> np.ndarray
     return np.asarray(sids, np.int32)
 
 
-def load_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Decoder:
-    """The best checkpoint's Decoder of `split` (or of `retriever_dir`)."""
+def load_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Retriever:
+    """The best checkpoint's retriever of `split` (or of `retriever_dir`)."""
     from seqmodel.inference import load_retriever as load
 
     rdir = layout.retriever(split) if retriever_dir is None else Path(retriever_dir)

@@ -28,11 +28,11 @@ from experiments.artifacts import load_retriever
 from experiments.config import Config
 from experiments.layout import RunLayout, Split
 from experiments.retrieval_eval import evaluated_inputs, load_inputs
-from seqmodel.model import Decoder
+from seqmodel.state import Retriever
 
 
 def ensemble_decoder(
-    models: list[Decoder], constraint: Constraint, *, beam_size: int
+    models: list[Retriever], constraint: Constraint, *, beam_size: int
 ) -> Callable[[np.ndarray, LevelScoring | None], BeamResult]:
     """A `(tokens, scoring) -> BeamResult` over averaged per-level log-probs; `scoring` is a
     decoding.LevelScoring, or None for the joint log-probability. The models' parameters and the
@@ -69,7 +69,7 @@ def ensemble_decoder(
 
 
 def level_accuracy(
-    model: Decoder,
+    model: Retriever,
     inputs: np.ndarray,
     target_sids: np.ndarray,
     cold_sids: np.ndarray,

@@ -25,7 +25,7 @@ from experiments.config import Config
 from experiments.layout import RunLayout, Split
 from experiments.retrieval_eval import cold_scoring, evaluated_inputs, load_inputs
 from experiments.stages import Written
-from seqmodel.model import Decoder
+from seqmodel.state import Retriever
 
 DECODERS = ("beam", "nezha", "nezha-static")
 WARM_KEYS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10", "valid_rate", "valid_of_k")
@@ -68,7 +68,7 @@ def train_draft(
     from seqmodel.draft_train import train_draft as train
 
     ds, sids = load_inputs(cfg, layout)
-    model = load_retriever(layout, split)
+    model = _token_level(load_retriever(layout, split), layout, split)
     key = retriever_key(layout, split)
     # The retriever's own sizes and holdout, and the head of the resolved config.
     seq = dataclasses.replace(model.cfg, draft=cfg.seqmodel.draft)
@@ -80,10 +80,21 @@ def train_draft(
     return Written(paths, {"draft": str(layout.draft(split, name)), **result.summary})
 
 
-def load_head(layout: RunLayout, split: Split, model: Decoder, name: str = ""):
+def _token_level(model, layout: RunLayout, split: Split):
+    """`model`, unless it is the item-level retriever (it decodes in its own head already)."""
+    if model.cfg.arch != "token":
+        raise ArtifactError(
+            f"{layout.retriever(split)}: an item-level retriever (seqmodel.arch={model.cfg.arch}) "
+            "takes no NEZHA draft head; use --decoder beam, or train with seqmodel.arch=token"
+        )
+    return model
+
+
+def load_head(layout: RunLayout, split: Split, model: Retriever, name: str = ""):
     """(head, where it came from): the retriever's joint head, else the add-on `name`."""
     from seqmodel.draft_train import load_draft
 
+    _token_level(model, layout, split)
     if not name and hasattr(model, "draft"):
         return model.draft, "joint"
     command = split.train_draft_command(layout.root, name)

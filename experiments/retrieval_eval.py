@@ -31,7 +31,7 @@ from experiments.baselines import content_metrics
 from experiments.config import Config, EvalConfig
 from experiments.layout import RunLayout, Split
 from seqmodel.inference import retrieval_fn
-from seqmodel.model import Decoder
+from seqmodel.state import Retriever
 from seqmodel.tokens import encode_histories, sid_tokens
 
 
@@ -91,7 +91,7 @@ def _sample_users(num_users: int, eval_cfg) -> np.ndarray:
 
 
 def evaluated_inputs(
-    model: Decoder,
+    model: Retriever,
     sids: np.ndarray,
     split: ColdStartSplit | LeaveOneOutSplit,
     eval_cfg: EvalConfig,

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from decoding.live import MAX_SETS, TIME_MIN, LiveCatalog, LiveConstraint, lookup
 from seqmodel.inference import decode
-from seqmodel.model import Decoder
+from seqmodel.state import Retriever
 from seqmodel.tokens import encode_history, sid_tokens
 
 INT32_MAX = 2**31 - 1
@@ -104,7 +104,7 @@ class Recommender:
 
     def __init__(
         self,
-        model: Decoder,
+        model: Retriever,
         sids: np.ndarray,
         asins: Sequence[str],
         times: np.ndarray,

@@ -18,8 +18,7 @@ from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import SeqModelConfig
 from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE
-from seqmodel.model import Decoder
-from seqmodel.state import abstract_train_state
+from seqmodel.state import Retriever, abstract_train_state
 from seqmodel.tokens import TokenSpace
 
 
@@ -82,7 +81,7 @@ def read_description(
     return info, cfg, space
 
 
-def load_retriever(retriever_dir: Path | str) -> Decoder:
+def load_retriever(retriever_dir: Path | str) -> Retriever:
     """The best checkpoint's model from a `train_and_evaluate` work directory."""
     retriever_dir = Path(retriever_dir)
     _, cfg, space = read_description(retriever_dir / MODEL_FILE, "retriever", "train-retriever")
@@ -96,7 +95,7 @@ def load_retriever(retriever_dir: Path | str) -> Decoder:
 
 
 def retrieval_fn(
-    model: Decoder, constraint: Constraint, *, beam_size: int, scoring: LevelScoring | None = None
+    model: Retriever, constraint: Constraint, *, beam_size: int, scoring: LevelScoring | None = None
 ) -> Callable[[np.ndarray], BeamResult]:
     """A jitted `tokens [B, T] -> BeamResult`; beams are ranked by `scoring` when given
     (decoding.scoring), else by their joint log-probability.

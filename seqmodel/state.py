@@ -14,6 +14,9 @@ from seqmodel.item_model import ItemDecoder
 from seqmodel.model import Decoder
 from seqmodel.tokens import TokenSpace
 
+# A trained retriever of either architecture (seqmodel.arch): both prefill, step and train alike.
+Retriever = Decoder | ItemDecoder
+
 
 @flax.struct.dataclass
 class TrainState:
@@ -36,7 +39,7 @@ def make_optimizer(cfg: SeqModelConfig, total_steps: int) -> optax.GradientTrans
     )
 
 
-def init_model(cfg: SeqModelConfig, space: TokenSpace) -> Decoder | ItemDecoder:
+def init_model(cfg: SeqModelConfig, space: TokenSpace) -> Retriever:
     """A fresh retriever of `cfg.arch`; built under jit (eager init compiles every random op
     separately)."""
     cls = ItemDecoder if cfg.arch == "item" else Decoder
