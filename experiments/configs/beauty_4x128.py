@@ -4,9 +4,10 @@ The `beauty` preset's tokenizer and cold-start beam scores; the retriever is 4 l
 512, 4 heads; 722k parameters), trained in the bucketed layout (rows cut to their history-length
 bucket, 2.6x less time per epoch than causal rows), dropout 0.2, AdamW 1e-3 with weight decay
 0.035, 500 warm-up steps, cosine over 30 epochs, validated every epoch and early-stopped after 10
-epochs without a better holdout recall. Leave-one-out on the shared 2-core CPU: 34 minutes
-(docs/BENCHMARKS.md, "Retriever training"); full validation Recall@10 7.07% against the `beauty`
-preset's 5.08% (docs/RESULTS.md, "A larger retriever").
+epochs without a better holdout recall. Leave-one-out on the shared 2-core CPU: 34 minutes and
+full validation Recall@10 7.07% against the `beauty` preset's 5.08% (session 7's run, recorded
+here; docs/RESULTS.md, "The item-level retriever"). `beauty_item` is the same model with one
+backbone position per item: 7.35% in a quarter of the time per epoch.
 
 Command: `genret train-retriever --workdir runs/beauty --split loo --config beauty_4x128`
 The cold-start numbers of record still come from `beauty` (not rerun with this retriever yet).
