@@ -18,7 +18,7 @@ from jaxtyping import Array, Float, Int
 
 from seqmodel.config import SeqModelConfig
 from seqmodel.draft import Transition
-from seqmodel.model import DecoderBlock, RMSNorm, _causal_mask
+from seqmodel.model import DecoderBlock, RMSNorm, run_blocks
 from seqmodel.tokens import NUM_SPECIAL, PAD, TokenSpace
 
 
@@ -53,13 +53,8 @@ class ItemDecoder(nnx.Module):
         windows = windows[:, : G * L].reshape(B, G, L)
         real = windows != PAD
         x = (self.embed(windows) * real[..., None]).sum(axis=2)
-        valid_BG = real[:, :, -1]
-        positions = jnp.broadcast_to(jnp.arange(G)[None, :], (B, G))
-        mask = _causal_mask(valid_BG)
-        for i, block in enumerate(self.blocks):
-            key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
-            x, _ = block(x, positions, mask, key)
-        return self.norm(x)
+        # A group is real where its last token is (BOS or an item's last code).
+        return self.norm(run_blocks(self.blocks, x, real[:, :, -1], dropout_key))
 
     def _level_logits(self, level, s: jax.Array) -> jax.Array:
         """W_level norm(s); `level` may be traced (the beam search's loop)."""

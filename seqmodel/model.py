@@ -146,15 +146,7 @@ class Decoder(nnx.Module):
         dropout_key: jax.Array | None,
         segments: jax.Array | None = None,
     ) -> jax.Array:
-        B, T = valid_BT.shape
-        # Rotary positions are relative, so one arange serves left-padded rows and packed rows
-        # alike (a packed user's attention never crosses its segment).
-        positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
-        mask = _causal_mask(valid_BT, segments)
-        for i, block in enumerate(self.blocks):
-            key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
-            x, _ = block(x, positions, mask, key)
-        return x
+        return run_blocks(self.blocks, x, valid_BT, dropout_key, segments)
 
     def prompt_states(
         self,
@@ -262,6 +254,25 @@ class Decoder(nnx.Module):
         # Back to [B, K, ...]: the beam search reorders this cache by parent beam next.
         new = jax.tree.map(lambda a: a.reshape(B, K, *a.shape[1:]), new)
         return jax.nn.log_softmax(logits, axis=-1).reshape(B, K, -1), new
+
+
+def run_blocks(
+    blocks,
+    x: jax.Array,
+    valid_BT: jax.Array,
+    dropout_key: jax.Array | None,
+    segments: jax.Array | None = None,
+) -> jax.Array:
+    """The DecoderBlocks over x [B, T, D], causal over the valid positions (no cache)."""
+    B, T = valid_BT.shape
+    # Rotary positions are relative, so one arange serves left-padded rows and packed rows
+    # alike (a packed user's attention never crosses its segment).
+    positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
+    mask = _causal_mask(valid_BT, segments)
+    for i, block in enumerate(blocks):
+        key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
+        x, _ = block(x, positions, mask, key)
+    return x
 
 
 def _causal_mask(valid_BT: jax.Array, segments_BT: jax.Array | None = None) -> jax.Array:
