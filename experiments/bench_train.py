@@ -87,13 +87,10 @@ def _variants(cfg, layouts, sizes, archs=None):
             for lay in layouts:
                 if arch == "item" and lay == "packed":
                     continue  # the item-level retriever takes one user per row
-                if (layers, width) == (seq.num_layers, seq.d_model):
-                    v = dataclasses.replace(seq, layout=lay, arch=arch)
-                else:
+                v = dataclasses.replace(seq, layout=lay, arch=arch)
+                if (layers, width) != (seq.num_layers, seq.d_model):
                     v = dataclasses.replace(
-                        seq,
-                        layout=lay,
-                        arch=arch,
+                        v,
                         num_layers=layers,
                         d_model=width,
                         num_heads=max(width // 32, 1),

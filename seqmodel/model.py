@@ -137,16 +137,7 @@ class Decoder(nnx.Module):
     def _hidden(
         self, tokens: jax.Array, dropout_key: jax.Array | None, segments: jax.Array | None = None
     ) -> jax.Array:
-        return self._blocks(self.embed(tokens), tokens != PAD, dropout_key, segments)
-
-    def _blocks(
-        self,
-        x: jax.Array,
-        valid_BT: jax.Array,
-        dropout_key: jax.Array | None,
-        segments: jax.Array | None = None,
-    ) -> jax.Array:
-        return run_blocks(self.blocks, x, valid_BT, dropout_key, segments)
+        return run_blocks(self.blocks, self.embed(tokens), tokens != PAD, dropout_key, segments)
 
     def prompt_states(
         self,
@@ -164,7 +155,7 @@ class Decoder(nnx.Module):
         if placeholders is not None:
             slot = jnp.clip(prompts - V0, 0, placeholders.shape[0] - 1)
             x = jnp.where((prompts >= V0)[..., None], placeholders[slot].astype(x.dtype), x)
-        return self.norm(self._blocks(x, prompts != PAD, dropout_key))
+        return self.norm(run_blocks(self.blocks, x, prompts != PAD, dropout_key))
 
     def target_logits(
         self,
