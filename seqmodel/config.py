@@ -70,6 +70,10 @@ class SeqModelConfig:
     # cache (seqmodel.model.Decoder); item: one position per history item, the codes decoded by a
     # GRU head on the backbone's state (seqmodel.item_model.ItemDecoder, L+1 times fewer positions).
     arch: str = "token"
+    # arch=item only: > 0 adds to each history item's input a learned embedding from a table of
+    # this many rows, indexed by a hash of the item's whole SID (an item-ID embedding without a
+    # catalog lookup; hash collisions share a row). 0: the input is the codes' embeddings alone.
+    item_embed_buckets: int = 0
     num_layers: int = 2
     d_model: int = 64  # D
     num_heads: int = 2  # H
@@ -113,6 +117,11 @@ class SeqModelConfig:
                 "seqmodel.arch=item takes one user per row (layout causal, sliding or bucketed) "
                 "and no draft head (it decodes in its own head)"
             )
+        if self.item_embed_buckets < 0 or (self.item_embed_buckets and self.arch != "item"):
+            raise ValueError(
+                "seqmodel.item_embed_buckets must be >= 0, and > 0 only with seqmodel.arch=item, "
+                f"got {self.item_embed_buckets} with arch={self.arch}"
+            )
         if self.layout == "packed" and self.draft_head != "none":
             raise ValueError(
                 "seqmodel.draft_head=joint needs one user per row (layout causal or sliding), "
@@ -136,4 +145,6 @@ def identity_fields(cfg: SeqModelConfig) -> dict:
     fields = dataclasses.asdict(cfg)
     if cfg.arch == "token":
         del fields["arch"]
+    if not cfg.item_embed_buckets:
+        del fields["item_embed_buckets"]
     return fields

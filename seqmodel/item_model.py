@@ -31,6 +31,8 @@ class ItemDecoder(nnx.Module):
         self.context = space.context_length(cfg.max_history)
         D, L, V = cfg.d_model, space.num_levels, space.codebook_size
         self.embed = nnx.Embed(space.vocab_size, D, rngs=rngs)
+        if cfg.item_embed_buckets:
+            self.item_embed = nnx.Embed(cfg.item_embed_buckets, D, rngs=rngs)
         self.blocks = nnx.List([DecoderBlock(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(D, rngs=rngs)
         self.transition = Transition("gru", L - 1, D, rngs=rngs)
@@ -53,8 +55,23 @@ class ItemDecoder(nnx.Module):
         windows = windows[:, : G * L].reshape(B, G, L)
         real = windows != PAD
         x = (self.embed(windows) * real[..., None]).sum(axis=2)
+        if hasattr(self, "item_embed"):
+            x = x + self.item_embed(self._item_bucket(windows)) * real.all(-1)[..., None]
         # A group is real where its last token is (BOS or an item's last code).
         return self.norm(run_blocks(self.blocks, x, real[:, :, -1], dropout_key))
+
+    def _item_bucket(self, windows: Int[Array, "B G L"]) -> Int[Array, "B G"]:
+        """Row of each group's item in `item_embed`: a multiplicative hash of the SID read as one
+        mixed-radix integer (uint32 arithmetic wraps; BOS and padding groups give some row that
+        the caller masks out)."""
+        V = self.space.codebook_size
+        level_offsets = (NUM_SPECIAL + V * jnp.arange(windows.shape[-1]))[None, None, :]
+        codes = jnp.clip(windows - level_offsets, 0, V - 1).astype(jnp.uint32)
+        key = jnp.zeros(windows.shape[:-1], jnp.uint32)
+        for level in range(windows.shape[-1]):
+            key = key * jnp.uint32(V) + codes[..., level]
+        key = key * jnp.uint32(0x9E3779B1)  # Knuth's multiplicative hash (golden ratio)
+        return (key % jnp.uint32(self.cfg.item_embed_buckets)).astype(jnp.int32)
 
     def _level_logits(self, level, s: jax.Array) -> jax.Array:
         """W_level norm(s); `level` may be traced (the beam search's loop)."""

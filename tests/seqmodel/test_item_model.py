@@ -19,9 +19,10 @@ from tests.seqmodel.test_train import CFG, _data, _logged, _params
 L = NUM_LEVELS
 
 
-@pytest.fixture(scope="module")
-def item_model(tiny_cfg, space):
-    cfg = dataclasses.replace(tiny_cfg, arch="item")
+# 0: codes' embeddings alone; 7: plus a hashed item embedding, few rows so that items collide.
+@pytest.fixture(scope="module", params=[0, 7], ids=["codes", "hashed_ids"])
+def item_model(tiny_cfg, space, request):
+    cfg = dataclasses.replace(tiny_cfg, arch="item", item_embed_buckets=request.param)
     return nnx.jit(lambda: ItemDecoder(cfg, space, rngs=nnx.Rngs(0)))()
 
 
@@ -91,6 +92,36 @@ def test_item_arch_rejects_packed_rows_and_draft_heads():
         SeqModelConfig(arch="item", draft_head="joint")
     with pytest.raises(ValueError, match="seqmodel.arch"):
         SeqModelConfig(arch="items")
+    with pytest.raises(ValueError, match="item_embed_buckets"):
+        SeqModelConfig(item_embed_buckets=64)  # the token-level model takes no item embedding
+    with pytest.raises(ValueError, match="item_embed_buckets"):
+        SeqModelConfig(arch="item", item_embed_buckets=-1)
+
+
+def test_hashed_item_embedding_reads_every_level_and_reaches_the_states(tiny_cfg, space):
+    """Every SID gets a row of the table, a change of any one code moves it to another row (the
+    hash reads every level), and the embedding reaches the backbone's states."""
+    cfg = dataclasses.replace(tiny_cfg, arch="item", item_embed_buckets=1009)
+    model = nnx.jit(lambda: ItemDecoder(cfg, space, rngs=nnx.Rngs(0)))()
+    tok = _tokens(200, seed=3)
+    windows = jnp.asarray(tok[None])  # [1, 200 items, L]
+    buckets = np.asarray(model._item_bucket(windows))[0]
+    assert buckets.min() >= 0 and buckets.max() < 1009
+    # 200 distinct SIDs in 1009 rows: a uniform hash leaves about 200 * (1 - 199/2018) = 180
+    # distinct rows; a hash that ignored a level would collapse many more.
+    assert len(np.unique(buckets)) >= 160
+    for level in range(L):  # changing any one code moves the item to another row
+        other = tok.copy()
+        other[:, level] = 2 + V * level + (other[:, level] - 2 - V * level + 1) % V
+        moved = np.asarray(model._item_bucket(jnp.asarray(other[None])))[0] != buckets
+        assert moved.mean() > 0.9, level
+    # The embedding reaches the states: zeroing it changes a prefill.
+    _, prefill, _ = _fns(model)
+    history = jnp.asarray(encode_history(tok, np.array([5, 9, 11]), 4)[None])
+    with_ids = np.asarray(prefill(history)[1])
+    model.item_embed.embedding[...] = jnp.zeros_like(model.item_embed.embedding[...])
+    _, prefill, _ = _fns(model)
+    assert np.abs(np.asarray(prefill(history)[1]) - with_ids).max() > 1e-3
 
 
 @pytest.mark.slow
