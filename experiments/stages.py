@@ -76,6 +76,7 @@ def train_tokenizer(cfg: Config, layout: RunLayout, *, progress: bool = True) ->
         layout.tokenizer,
         cache_dir=layout.embeddings,
         cold_fraction=max(cfg.eval.cold_start_fractions),
+        histories=ds.histories,
         progress=progress,
     )
     sids, _ = rqvae.load_sids(layout.tokenizer)

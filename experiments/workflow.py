@@ -11,6 +11,7 @@ from experiments import ledger, stages
 from experiments.artifacts import load_json_result, load_retriever
 from experiments.config import Config
 from experiments.layout import RunLayout, Split
+from rqvae.config import identity_fields as rqvae_identity_fields
 from seqmodel.config import identity_fields
 
 # The leave-one-out evaluation does not read the cold-start scoring fields; leaving them out of
@@ -24,7 +25,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
     out = [
         ledger.Stage(
             "tokenizer",
-            (prep, dataclasses.asdict(cfg.rqvae)),
+            (prep, rqvae_identity_fields(cfg.rqvae)),
             (layout.sids,),
             lambda: stages.train_tokenizer(cfg, layout, progress=progress),
             check=lambda: stages.load_sids(cfg, layout, stages.load_dataset(layout)),

@@ -29,3 +29,33 @@ class RQVAEConfig:
     checkpoint_every: int = 500
     fit_on: str = "all"  # all | warm
     seed: int = 0
+    # > 0: the embedding also holds a collaborative part, cf_dim SVD components of the items'
+    # co-occurrence in training histories (rqvae/cooc.py), weighted cf_weight against the text.
+    # Only interactions every split trains on are read: each user's last two items and the items
+    # of the largest cold-start set are left out, and items left without any get theirs predicted
+    # from their text. 0: text alone.
+    cf_dim: int = 0
+    cf_weight: float = 0.5  # share of the squared norm: sqrt(1 - w) text, sqrt(w) co-occurrence
+    cf_window: int = 3  # items up to this many positions apart in a history co-occur
+
+    def __post_init__(self):
+        if self.cf_dim < 0 or not 0.0 < self.cf_weight < 1.0 or self.cf_window < 1:
+            raise ValueError(
+                "rqvae: cf_dim must be >= 0, cf_weight in (0, 1) and cf_window >= 1, got "
+                f"{self.cf_dim}, {self.cf_weight}, {self.cf_window}"
+            )
+
+
+# Fields added after tokenizers were trained, left out of keys while they keep their old
+# behaviour (so that those tokenizers stay current).
+_CF_FIELDS = ("cf_dim", "cf_weight", "cf_window")
+
+
+def identity_fields(cfg: RQVAEConfig) -> dict:
+    """`cfg` as a dict for keys and checkpoint checks, the co-occurrence fields left out when
+    cf_dim is 0."""
+    fields = dataclasses.asdict(cfg)
+    if not cfg.cf_dim:
+        for name in _CF_FIELDS:
+            del fields[name]
+    return fields

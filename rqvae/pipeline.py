@@ -3,8 +3,9 @@
 from pathlib import Path
 
 from data import splits
-from data.types import Catalog
+from data.types import Catalog, Histories
 from rqvae.config import RQVAEConfig
+from rqvae.cooc import cooccurrence_vectors, with_cooccurrence
 from rqvae.embed import embed_texts
 from rqvae.train import train_and_evaluate
 
@@ -16,14 +17,22 @@ def tokenize_catalog(
     *,
     cache_dir: Path | None,
     cold_fraction: float,
+    histories: Histories | None = None,
     progress: bool = True,
 ) -> dict:
-    """Embeds the catalog, fits on all items or (fit_on=warm) on those outside the newest
-    `cold_fraction`, and writes the SIDs of all items to `out_dir`; returns the metrics."""
+    """Embeds the catalog (with `rqvae.cf_dim`, also the co-occurrence in `histories`), fits on
+    all items or (fit_on=warm) on those outside the newest `cold_fraction`, and writes the SIDs of
+    all items to `out_dir`; returns the metrics."""
     x = embed_texts(catalog.texts, cfg, cache_dir)
-    fit_mask = None
-    if cfg.fit_on == "warm":
-        fit_mask = ~splits.cold_start_items(catalog.first_time, cold_fraction)
+    cold = splits.cold_start_items(catalog.first_time, cold_fraction)
+    if cfg.cf_dim:
+        if histories is None:
+            raise ValueError("rqvae.cf_dim > 0 needs the users' histories")
+        cf, _ = cooccurrence_vectors(
+            histories, x, cold, dim=cfg.cf_dim, window=cfg.cf_window, seed=cfg.seed
+        )
+        x = with_cooccurrence(x, cf, cfg.cf_weight)
+    fit_mask = ~cold if cfg.fit_on == "warm" else None
     return train_and_evaluate(
         cfg,
         x,

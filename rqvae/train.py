@@ -1,6 +1,5 @@
 """RQ-VAE training: k-means init, jit step with donated state, dead-code restarts, exact resume."""
 
-import dataclasses
 import functools
 import hashlib
 import shutil
@@ -18,7 +17,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from rqvae import checkpoint
-from rqvae.config import RQVAEConfig
+from rqvae.config import RQVAEConfig, identity_fields
 from rqvae.embed import check_embeddings
 from rqvae.model import RQVAE
 
@@ -166,7 +165,7 @@ _RESUMABLE_CHANGES = ("dedup_last_level", "checkpoint_every", "fit_on")
 
 
 def json_config(cfg: RQVAEConfig) -> dict:
-    d = dataclasses.asdict(cfg)
+    d = identity_fields(cfg)
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
