@@ -74,20 +74,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="LAYERSxWIDTH,... (heads: width/32, MLP: 2 x width); default: the config's model",
     )
+    parser.add_argument(
+        "--item-buckets",
+        type=_counts,
+        default=None,
+        help="hashed item-embedding rows for the item-level retriever, e.g. 0,65536 "
+        "(seqmodel.item_embed_buckets); default: the config's",
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
     common.add_config_args(parser)
 
 
-def _variants(cfg, layouts, sizes, archs=None):
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or min(out) < 0:
+        raise argparse.ArgumentTypeError(f"expected counts >= 0 like 0,65536, got {text!r}")
+    return out
+
+
+def _variants(cfg, layouts, sizes, archs=None, item_buckets=None):
     seq = cfg.seqmodel
     shapes = sizes or ((seq.num_layers, seq.d_model),)
     archs = archs or (seq.arch,)
+    item_buckets = item_buckets or (seq.item_embed_buckets,)
     for layers, width in shapes:
-        for arch in archs:
+        for arch, buckets in [(a, b) for a in archs for b in item_buckets]:
+            if arch == "token" and buckets:
+                continue  # the hashed item embedding is the item-level retriever's
             for lay in layouts:
                 if arch == "item" and lay == "packed":
                     continue  # the item-level retriever takes one user per row
-                v = dataclasses.replace(seq, layout=lay, arch=arch)
+                v = dataclasses.replace(seq, layout=lay, arch=arch, item_embed_buckets=buckets)
                 if (layers, width) != (seq.num_layers, seq.d_model):
                     v = dataclasses.replace(
                         v,
@@ -96,12 +116,12 @@ def _variants(cfg, layouts, sizes, archs=None):
                         num_heads=max(width // 32, 1),
                         mlp_dim=2 * width,
                     )
-                name = f"{lay} {layers}x{width}"
-                yield (f"{name} {arch}" if len(archs) > 1 else name), v
+                name = f"{lay} {layers}x{width}" + (f" {arch}" if len(archs) > 1 else "")
+                yield (f"{name} ids {buckets}" if len(item_buckets) > 1 else name), v
 
 
 def bench_train(
-    cfg, layout, split: Split, layouts, sizes, steps: int, log=print, archs=None
+    cfg, layout, split: Split, layouts, sizes, steps: int, log=print, archs=None, item_buckets=None
 ) -> dict:
     ds, sids = load_inputs(cfg, layout)
     V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
@@ -109,7 +129,7 @@ def bench_train(
     item_tokens = sid_tokens(data.sids, V)
     space = TokenSpace(num_levels=data.sids.shape[1], codebook_size=V)
     runs = {}
-    for name, v in _variants(cfg, layouts, sizes, archs):
+    for name, v in _variants(cfg, layouts, sizes, archs, item_buckets):
         iterator, per_epoch = training_batches(v, data, item_tokens)
         batches = [next(iterator) for _ in range(steps + 1)]
         graphdef, tx, state = new_train_state(v, space, per_epoch * v.num_epochs)
@@ -126,6 +146,7 @@ def bench_train(
         runs[name]["info"] = {
             "layout": v.layout,
             "arch": v.arch,
+            "item_embed_buckets": v.item_embed_buckets,
             "layers": v.num_layers,
             "width": v.d_model,
             "params": int(params),
@@ -188,7 +209,16 @@ def run(args: argparse.Namespace) -> int:
     split = Split(args.split, args.cold_start)
     layout = common.layout_of(args)
     cfg = common.resolve_config(args, layout)
-    result = bench_train(cfg, layout, split, args.layouts, args.sizes, args.steps, archs=args.archs)
+    result = bench_train(
+        cfg,
+        layout,
+        split,
+        args.layouts,
+        args.sizes,
+        args.steps,
+        archs=args.archs,
+        item_buckets=args.item_buckets,
+    )
     table = markdown(result)
     path = layout.results / f"bench_train_{split.name}.json"
     atomic.write_json(path, result)

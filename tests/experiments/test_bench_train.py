@@ -52,3 +52,25 @@ def test_bench_train_times_both_archs_and_skips_packed_item_rows(workdir: Path):
         "bucketed 1x16 item",
     }
     assert res["variants"]["causal 1x16 item"]["arch"] == "item"
+
+
+def test_bench_train_times_item_embedding_sizes(workdir: Path, capsys):  # noqa: F811
+    argv = ["bench-train", "--workdir", str(workdir), "--steps", "2", "--sizes", "1x16"]
+    argv += ["--archs", "token,item", "--layouts", "bucketed", "--item-buckets", "0,97"]
+    assert cli.main([*argv, *TRAIN_FAST]) == 0
+    res = json.loads((workdir / "results" / "bench_train_loo.json").read_text())
+    # The token-level retriever takes no item embedding: timed once, without.
+    assert set(res["variants"]) == {
+        "bucketed 1x16 token ids 0",
+        "bucketed 1x16 item ids 0",
+        "bucketed 1x16 item ids 97",
+    }
+    plain, hashed = (
+        res["variants"]["bucketed 1x16 item ids 0"],
+        res["variants"]["bucketed 1x16 item ids 97"],
+    )
+    assert hashed["params"] - plain["params"] == 97 * 16
+    assert hashed["item_embed_buckets"] == 97
+    with pytest.raises(SystemExit):
+        cli.main([*argv[:-1], "0,-4"])
+    assert "counts >= 0" in capsys.readouterr().err
