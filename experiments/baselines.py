@@ -1,5 +1,6 @@
 """Model-free baselines in the evaluation harness: the content nearest neighbour (the candidate
-item whose text embedding is closest to the user's recent items)."""
+item whose text embedding is closest to the user's recent items) and, for leave-one-out, item
+co-occurrence (the items most often next to the user's last item in the training histories)."""
 
 import time
 
@@ -8,6 +9,7 @@ from jaxtyping import Float, Int
 
 from data.types import Histories
 from experiments import metrics
+from rqvae.cooc import cooccurrence_counts, training_sequences
 
 CONTENT_RECENT = 3  # the user's last items whose mean embedding is the query
 
@@ -70,5 +72,46 @@ def content_metrics(
     out = metrics.ranking_metrics(pred, targets, ks=(1, 5, 10), ndcg_ks=(5, 10))
     returned = pred >= 0
     out["valid_rate"] = out["cold_rate"] = float(returned.sum() / max(returned.sum(), 1))
+    out.update(metrics.latency_summary(np.array([seconds])))
+    return out
+
+
+def cooccurrence_ranking(
+    train: Histories, histories: Histories, num_items: int, *, k: int, window: int = 1
+) -> Int[np.ndarray, "U k"]:
+    """For each history, the top-k items by how often they stood at most `window` positions from
+    its last item in `train`; ties, and the rest of a short list, by popularity in `train`, then
+    by the lower catalog index."""
+    if k < 1 or (histories.lengths() < 1).any():
+        raise ValueError("cooccurrence_ranking: k >= 1 and a non-empty history per user")
+    counts = cooccurrence_counts(train, num_items, window).tocsr()
+    popularity = np.bincount(train.items, minlength=num_items)
+    by_popularity = np.lexsort((np.arange(num_items), -popularity))
+    last = histories.items[histories.offsets[1:] - 1]
+    kk = min(k, num_items)
+    table = {}
+    for item in np.unique(last):
+        row = counts[item]
+        # Stored neighbours by (count, popularity, index); popular items fill the rest.
+        order = np.lexsort((row.indices, -popularity[row.indices], -row.data))
+        seen = row.indices[order][:kk]
+        fill = by_popularity[~np.isin(by_popularity, seen)][: kk - len(seen)]
+        table[item] = np.concatenate([seen, fill])
+    out = np.full((len(histories), k), -1, np.int64)
+    out[:, :kk] = np.stack([table[i] for i in last])
+    return out
+
+
+def cooccurrence_metrics(
+    histories_all: Histories, histories: Histories, targets: Int[np.ndarray, " U"], num_items: int
+) -> dict:
+    """Recall@1/5/10 and NDCG@5/10 of `cooccurrence_ranking`, counted on leave-one-out's training
+    histories (every user's last two items left out, so no validation or test target is read)."""
+    start = time.perf_counter()
+    train = training_sequences(histories_all, np.zeros(num_items, bool), holdout_last=2)
+    pred = cooccurrence_ranking(train, histories, num_items, k=10)
+    seconds = (time.perf_counter() - start) / max(len(targets), 1)
+    out = metrics.ranking_metrics(pred, targets, ks=(1, 5, 10), ndcg_ks=(5, 10))
+    out["valid_rate"] = out["item_rate"] = 1.0
     out.update(metrics.latency_summary(np.array([seconds])))
     return out

@@ -27,7 +27,7 @@ from decoding import (
 )
 from experiments import evaluate, metrics
 from experiments.artifacts import load_dataset, load_retriever, load_sids
-from experiments.baselines import content_metrics
+from experiments.baselines import content_metrics, cooccurrence_metrics
 from experiments.config import Config, EvalConfig
 from experiments.layout import RunLayout, Split
 from seqmodel.inference import retrieval_fn
@@ -255,14 +255,23 @@ def evaluate_warm(
         desc="leave-one-out",
     )
     everything = np.ones(len(sids), bool)
+    users = _sample_users(len(split.test_targets), cfg.eval)
+    methods = {
+        name: evaluate.method_metrics(d, targets, everything, allowed_key="item_rate")
+        for name, d in decoded.items()
+    }
+    # A model-free reference: the items most often next to the user's last item in training.
+    methods["item_cooccurrence"] = cooccurrence_metrics(
+        ds.histories,
+        Histories.from_lists([split.test_histories[int(u)] for u in users]),
+        targets,
+        len(sids),
+    )
     result = {
         "dataset": cfg.data.dataset,
         "num_test_users": int(len(targets)),
         "beam_size": K,
-        "methods": {
-            name: evaluate.method_metrics(d, targets, everything, allowed_key="item_rate")
-            for name, d in decoded.items()
-        },
+        "methods": methods,
         "seed": cfg.eval.seed,
         "split": "validation" if validation else "test",
     }

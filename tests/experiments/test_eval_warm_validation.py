@@ -18,7 +18,7 @@ def test_validation_scores_second_to_last_items(workdir: Path, capsys):  # noqa:
     assert not (workdir / "results" / "warm.json").exists()  # the test result is untouched
     split = leave_one_out(load_prepared(workdir / "prepared"))
     assert res["num_test_users"] == len(split.valid_targets)
-    assert set(res["methods"]) == {"unconstrained", "static_all_items"}
+    assert set(res["methods"]) == {"unconstrained", "static_all_items", "item_cooccurrence"}
     assert 0 <= res["methods"]["static_all_items"]["recall@10"] <= 1
     capsys.readouterr()
     assert cli.main(["eval-warm", "--workdir", w, "--validation", "--decoder", "nezha"]) == 1
