@@ -38,7 +38,7 @@ def test_pipeline_end_to_end_then_skips(tmp_path, capsys, monkeypatch):
     cold = json.loads((results / "cold_start_0.05.json").read_text())
     assert set(cold["methods"]) == {"unconstrained", "random", "content", "static"}
     warm = json.loads((results / "warm.json").read_text())
-    assert set(warm["methods"]) == {"unconstrained", "static_all_items"}
+    assert set(warm["methods"]) == {"unconstrained", "static_all_items", "item_cooccurrence"}
     report = (results / "report.md").read_text()
     assert "Cold-start retrieval" in report and "Leave-one-out" in report
     assert (results / "recall_at_1.png").stat().st_size > 1000
