@@ -1,6 +1,7 @@
 """Shared fixtures: strict numpy rank promotion, the real-data folder (skipped when absent)."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,11 @@ import jax
 import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# A suite started in the background by a non-interactive shell inherits SIGINT ignored, so Python
+# installs no Ctrl-C handler and the Ctrl-C tests see nothing; give them the interactive default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 AMAZON_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "amazon2014"
 
