@@ -76,23 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--item-buckets",
-        type=_counts,
+        type=common.int_list(0, "0,65536", "counts"),
         default=None,
         help="hashed item-embedding rows for the item-level retriever, e.g. 0,65536 "
         "(seqmodel.item_embed_buckets); default: the config's",
     )
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
     common.add_config_args(parser)
-
-
-def _counts(text: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        out = ()
-    if not out or min(out) < 0:
-        raise argparse.ArgumentTypeError(f"expected counts >= 0 like 0,65536, got {text!r}")
-    return out
 
 
 def _variants(cfg, layouts, sizes, archs=None, item_buckets=None):

@@ -55,6 +55,23 @@ def add_dataset_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def int_list(minimum: int, example: str, noun: str = "integers"):
+    """An argparse type: comma-separated integers, each >= `minimum` (e.g. `example`)."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(x) for x in text.split(","))
+        except ValueError:
+            values = ()
+        if not values or min(values) < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected {noun} >= {minimum} like {example}, got {text!r}"
+            )
+        return values
+
+    return parse
+
+
 def positive(name: str, value: int | None, *, allow_none: bool = True) -> None:
     """An integer argument that must be >= 1; checked before any artifact is read."""
     if value is None and allow_none:

@@ -24,20 +24,12 @@ from data.errors import ArgumentError, StageError
 from experiments import common
 
 
-def _levels(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected integers >= 1 like 1,8,32, got {text!r}")
-    return values
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_workdir_arg(parser)
     parser.add_argument("--url", default=None, help="a running service (default: start one)")
-    parser.add_argument("--concurrency", type=_levels, default=(1, 8, 32), help="e.g. 1,8,32")
+    parser.add_argument(
+        "--concurrency", type=common.int_list(1, "1,8,32"), default=(1, 8, 32), help="e.g. 1,8,32"
+    )
     parser.add_argument("--requests", type=int, default=400, help="per level, at most")
     parser.add_argument("--seconds", type=float, default=20.0, help="per level, at most")
     parser.add_argument("--users", type=int, default=200, help="histories sampled")
