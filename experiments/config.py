@@ -3,6 +3,7 @@
 import dataclasses
 import importlib
 import json
+import math
 import pkgutil
 import types
 import typing
@@ -28,6 +29,11 @@ class EvalConfig:
     # level's log-prob (empty: 1 at every level). Plain STATIC is also reported when either is set.
     cold_prior_weight: float = 0.0
     cold_level_weights: tuple[float, ...] = ()
+    # Leave-one-out beam scores (eval-warm): the joint log-probability minus this multiple of the
+    # training log prior of the first `warm_prior_levels` codes, a popularity correction for a
+    # retriever that under-ranks rarely bought items. Plain STATIC is also reported when set.
+    warm_prior_weight: float = 0.0
+    warm_prior_levels: int = 2
     warm: bool = True  # the pipeline also trains a leave-one-out retriever and runs eval-warm
     sasrec: bool = False  # the pipeline also trains and ranks the SASRec baseline (leave-one-out)
     seed: int = 0
@@ -129,6 +135,13 @@ def validate(cfg: Config) -> Config:
         raise ArgumentError(
             f"eval.cold_level_weights: {len(weights)} weights for {levels} SID levels"
         )
+    if not 1 <= cfg.eval.warm_prior_levels <= levels:
+        raise ArgumentError(
+            f"eval.warm_prior_levels={cfg.eval.warm_prior_levels}: must be in [1, {levels}] "
+            "(the SID levels)"
+        )
+    if not math.isfinite(cfg.eval.warm_prior_weight):
+        raise ArgumentError(f"eval.warm_prior_weight={cfg.eval.warm_prior_weight}: must be finite")
     synth = cfg.data.synthetic
     for name in ("num_items", "num_users", "num_categories"):
         if getattr(synth, name) < 1:

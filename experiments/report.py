@@ -116,6 +116,13 @@ def warm_table(result: dict) -> str:
         lines.append(f"| {method} | " + " | ".join(f"{m[k]:.4f}" for k in keys) + " |")
     if paper:
         lines.append("| TIGER (paper) | " + " | ".join(f"{paper[k]:.4f}" for k in keys) + " |")
+    if s := result.get("scoring"):
+        lines.append(
+            f"\nBeam scores of `unconstrained` and `static_all_items`: the joint log-probability "
+            f"minus {s['prior_weight']:g} x the training log prior of the first "
+            f"{s['prior_levels']} codes (eval.warm_prior_weight, eval.warm_prior_levels). "
+            f"`{PLAIN}` ranks by the joint log-probability alone, as TIGER does."
+        )
     return "\n".join(lines)
 
 

@@ -81,6 +81,25 @@ def cold_scoring(
         raise ArgumentError(f"eval.cold_level_weights / eval.cold_prior_weight: {e}") from None
 
 
+def warm_scoring(
+    eval_cfg: EvalConfig, train: Histories, sids: np.ndarray, codebook_size: int
+) -> LevelScoring | None:
+    """The leave-one-out beam scores of eval_cfg: the joint log-probability minus
+    warm_prior_weight x the log prior of the first warm_prior_levels codes, counted over the
+    training targets (no validation or test item); None for the plain joint log-probability."""
+    if eval_cfg.warm_prior_weight == 0:
+        return None
+    try:
+        return prior_correction(
+            sids[train.items],
+            codebook_size,
+            prior_weight=eval_cfg.warm_prior_weight,
+            prior_levels=eval_cfg.warm_prior_levels,
+        )
+    except ValueError as e:
+        raise ArgumentError(f"eval.warm_prior_levels / eval.warm_prior_weight: {e}") from None
+
+
 def _sample_users(num_users: int, eval_cfg) -> np.ndarray:
     """All test users, or a seeded sample of eval.max_test_users of them."""
     users = np.arange(num_users)
@@ -240,15 +259,15 @@ def evaluate_warm(
     targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
     K = max(cfg.eval.beam_size, 10)  # Recall@10 needs at least 10 beams
     index = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.decode.dense_levels)
+    scoring = warm_scoring(cfg.eval, split.train, sids, V)
+    constraints = {
+        "unconstrained": (Unconstrained(V, L), scoring),
+        "static_all_items": (StaticConstraint(index), scoring),
+    }
+    if scoring is not None:  # the plain joint log-probability beside (TIGER's ranking rule)
+        constraints["static_plain"] = (StaticConstraint(index), None)
     decoded = evaluate.decode_interleaved(
-        _decoders(
-            model,
-            {
-                "unconstrained": (Unconstrained(V, L), None),
-                "static_all_items": (StaticConstraint(index), None),
-            },
-            K,
-        ),
+        _decoders(model, constraints, K),
         inputs,
         metrics.SIDLookup(sids, V),
         batch_size=batch_size,
@@ -275,5 +294,10 @@ def evaluate_warm(
         "seed": cfg.eval.seed,
         "split": "validation" if validation else "test",
     }
+    if scoring is not None:
+        result["scoring"] = {
+            "prior_weight": cfg.eval.warm_prior_weight,
+            "prior_levels": cfg.eval.warm_prior_levels,
+        }
     atomic.write_json(layout.validation_warm_result if validation else layout.warm_result, result)
     return result

@@ -17,6 +17,9 @@ from seqmodel.config import identity_fields
 # The leave-one-out evaluation does not read the cold-start scoring fields; leaving them out of
 # its key keeps a finished leave-one-out result up to date when only they change.
 _COLD_ONLY_EVAL_FIELDS = ("cold_prior_weight", "cold_level_weights")
+# Likewise the cold-start evaluations do not read the leave-one-out scoring fields; they enter the
+# leave-one-out key only when set, so results made before the fields existed stay up to date.
+_WARM_ONLY_EVAL_FIELDS = ("warm_prior_weight", "warm_prior_levels")
 
 
 def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> list[ledger.Stage]:
@@ -32,8 +35,15 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
         )
     ]
     seq = identity_fields(cfg.seqmodel)
-    ev = (dataclasses.asdict(cfg.eval), dataclasses.asdict(cfg.decode))
-    warm_eval = {k: v for k, v in ev[0].items() if k not in _COLD_ONLY_EVAL_FIELDS}
+    eval_fields = dataclasses.asdict(cfg.eval)
+    ev = (
+        {k: v for k, v in eval_fields.items() if k not in _WARM_ONLY_EVAL_FIELDS},
+        dataclasses.asdict(cfg.decode),
+    )
+    warm_eval = {k: v for k, v in eval_fields.items() if k not in _COLD_ONLY_EVAL_FIELDS}
+    if not cfg.eval.warm_prior_weight:
+        for name in _WARM_ONLY_EVAL_FIELDS:
+            del warm_eval[name]
 
     def retriever(split: Split, key_parts: tuple) -> ledger.Stage:
         return ledger.Stage(

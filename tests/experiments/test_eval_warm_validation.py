@@ -24,3 +24,29 @@ def test_validation_scores_second_to_last_items(workdir: Path, capsys):  # noqa:
     assert cli.main(["eval-warm", "--workdir", w, "--validation", "--decoder", "nezha"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--validation" in err[0]
+
+
+def test_warm_prior_weight_scores_beams_and_reports_plain_beside(workdir: Path, capsys):  # noqa: F811
+    w = str(workdir)
+    if not (workdir / "retriever_loo" / "train_summary.json").exists():
+        assert cli.main(["train-retriever", "--workdir", w, "--split", "loo", *TRAIN_FAST]) == 0
+    path = workdir / "results" / "validation_warm.json"
+    assert cli.main(["eval-warm", "--workdir", w, "--validation"]) == 0
+    plain = json.loads(path.read_text())
+    assert "scoring" not in plain and "static_plain" not in plain["methods"]
+    scored_set = ["--set", "eval.warm_prior_weight=2", "--set", "eval.warm_prior_levels=3"]
+    assert cli.main(["eval-warm", "--workdir", w, "--validation", *scored_set]) == 0
+    scored = json.loads(path.read_text())
+    assert scored["scoring"] == {"prior_weight": 2.0, "prior_levels": 3}
+    # The plain joint log-probability beside: the unscored run's STATIC, metric for metric.
+    keys = ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10")
+    ranked = [scored["methods"]["static_plain"][k] for k in keys]
+    assert ranked == [plain["methods"]["static_all_items"][k] for k in keys]
+    # A strong correction reorders the beams: some metric moves.
+    assert [scored["methods"]["static_all_items"][k] for k in keys] != ranked
+    capsys.readouterr()
+    bad = ["--set", "eval.warm_prior_weight=1", "--set", "eval.warm_prior_levels=9"]
+    assert cli.main(["eval-warm", "--workdir", w, "--validation", *bad]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "eval.warm_prior_levels" in err[0]
+    assert json.loads(path.read_text()) == scored  # the rejected run wrote nothing
