@@ -23,9 +23,11 @@ from experiments.configs import beauty, beauty_item
 
 
 def collaborative(cfg: Config) -> Config:
-    """`cfg` with `beauty_item`'s retriever and co-occurrence SIDs."""
+    """`cfg` with `beauty_item`'s retriever and co-occurrence SIDs of 256 codes per level."""
     cfg = beauty_item.item_retriever(cfg)
-    return dataclasses.replace(cfg, rqvae=dataclasses.replace(cfg.rqvae, cf_dim=64))
+    return dataclasses.replace(
+        cfg, rqvae=dataclasses.replace(cfg.rqvae, cf_dim=64, codebook_size=256)
+    )
 
 
 def get_config() -> Config:
