@@ -63,22 +63,45 @@ def content_cold_start(
     return content_metrics(emb, histories, split.test_targets[users], split.cold_items, k=k)
 
 
-def cold_scoring(
-    eval_cfg: EvalConfig, train: Histories, sids: np.ndarray, codebook_size: int
+def _prior_scoring(
+    train: Histories,
+    sids: np.ndarray,
+    codebook_size: int,
+    *,
+    prior_weight: float,
+    level_weights: tuple[float, ...] = (),
+    prior_levels: int = 2,
+    keys: str,
 ) -> LevelScoring | None:
-    """The cold-start beam scores of eval_cfg (prior counted over the training interactions), or
-    None for the plain joint log-probability."""
-    if eval_cfg.cold_prior_weight == 0 and all(w == 1 for w in eval_cfg.cold_level_weights):
+    """decoding.prior_correction with the prior counted over the training targets, or None for
+    the plain joint log-probability; a rejected value is an ArgumentError naming `keys`."""
+    if prior_weight == 0 and all(w == 1 for w in level_weights):
         return None
     try:
         return prior_correction(
             sids[train.items],
             codebook_size,
-            prior_weight=eval_cfg.cold_prior_weight,
-            level_weights=eval_cfg.cold_level_weights,
+            prior_weight=prior_weight,
+            level_weights=level_weights,
+            prior_levels=prior_levels,
         )
     except ValueError as e:
-        raise ArgumentError(f"eval.cold_level_weights / eval.cold_prior_weight: {e}") from None
+        raise ArgumentError(f"{keys}: {e}") from None
+
+
+def cold_scoring(
+    eval_cfg: EvalConfig, train: Histories, sids: np.ndarray, codebook_size: int
+) -> LevelScoring | None:
+    """The cold-start beam scores of eval_cfg (prior counted over the training interactions), or
+    None for the plain joint log-probability."""
+    return _prior_scoring(
+        train,
+        sids,
+        codebook_size,
+        prior_weight=eval_cfg.cold_prior_weight,
+        level_weights=eval_cfg.cold_level_weights,
+        keys="eval.cold_level_weights / eval.cold_prior_weight",
+    )
 
 
 def warm_scoring(
@@ -87,17 +110,14 @@ def warm_scoring(
     """The leave-one-out beam scores of eval_cfg: the joint log-probability minus
     warm_prior_weight x the log prior of the first warm_prior_levels codes, counted over the
     training targets (no validation or test item); None for the plain joint log-probability."""
-    if eval_cfg.warm_prior_weight == 0:
-        return None
-    try:
-        return prior_correction(
-            sids[train.items],
-            codebook_size,
-            prior_weight=eval_cfg.warm_prior_weight,
-            prior_levels=eval_cfg.warm_prior_levels,
-        )
-    except ValueError as e:
-        raise ArgumentError(f"eval.warm_prior_levels / eval.warm_prior_weight: {e}") from None
+    return _prior_scoring(
+        train,
+        sids,
+        codebook_size,
+        prior_weight=eval_cfg.warm_prior_weight,
+        prior_levels=eval_cfg.warm_prior_levels,
+        keys="eval.warm_prior_levels / eval.warm_prior_weight",
+    )
 
 
 def _sample_users(num_users: int, eval_cfg) -> np.ndarray:
