@@ -26,6 +26,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="score every user's second-to-last item instead of the last (the tuning protocol; "
         "beam search only); writes results/validation_warm.json",
     )
+    parser.add_argument(
+        "--ensemble",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="another leave-one-out retriever directory trained on the same SIDs (another "
+        "seed: a work directory holding a copy of this one's prepared data and tokenizer, "
+        "trained with --set seqmodel.seed=N); the beams rank by the average of the "
+        "retrievers' per-level log-probabilities (repeatable; beam search only)",
+    )
     common.add_config_args(parser)
 
 
@@ -36,9 +46,15 @@ def run(args: argparse.Namespace) -> int:
     cfg = common.resolve_config(args, layout)
     if args.validation and args.decoder != "beam":
         raise ArgumentError("--validation: only with --decoder beam")
+    if args.ensemble and args.decoder != "beam":
+        raise ArgumentError("--ensemble: only with --decoder beam")
     if args.decoder == "beam":
         written = stages.evaluate_warm(
-            cfg, layout, batch_size=args.batch_size, validation=args.validation
+            cfg,
+            layout,
+            batch_size=args.batch_size,
+            validation=args.validation,
+            ensemble=args.ensemble,
         )
     else:
         written = draft_eval.evaluate_warm(

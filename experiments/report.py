@@ -116,6 +116,12 @@ def warm_table(result: dict) -> str:
         lines.append(f"| {method} | " + " | ".join(f"{m[k]:.4f}" for k in keys) + " |")
     if paper:
         lines.append("| TIGER (paper) | " + " | ".join(f"{paper[k]:.4f}" for k in keys) + " |")
+    if members := result.get("ensemble"):
+        lines.append(
+            f"\nAn ensemble of {len(members)} retrievers (per-level log-probabilities averaged): "
+            + ", ".join(f"`{m}`" for m in members)
+            + "."
+        )
     if s := result.get("scoring"):
         lines.append(
             f"\nBeam scores of `unconstrained` and `static_all_items`: the joint log-probability "

@@ -2,6 +2,7 @@
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -26,13 +27,16 @@ from decoding import (
     prior_correction,
 )
 from experiments import evaluate, metrics
-from experiments.artifacts import load_dataset, load_retriever, load_sids
+from experiments.artifacts import load_dataset, load_retriever, load_sids, split_examples
 from experiments.baselines import content_metrics, cooccurrence_metrics
 from experiments.config import Config, EvalConfig
 from experiments.layout import RunLayout, Split
-from seqmodel.inference import retrieval_fn
+from seqmodel.files import MODEL_FILE
+from seqmodel.inference import ensemble_decoder, read_description, retrieval_fn
+from seqmodel.inference import load_retriever as load_retriever_dir
 from seqmodel.state import Retriever
 from seqmodel.tokens import encode_histories, sid_tokens
+from seqmodel.train import inputs_fingerprint
 
 
 def load_inputs(cfg: Config, layout: RunLayout) -> tuple[InteractionData, np.ndarray]:
@@ -41,13 +45,40 @@ def load_inputs(cfg: Config, layout: RunLayout) -> tuple[InteractionData, np.nda
     return ds, load_sids(cfg, layout, ds)
 
 
-def _decoders(model, methods: dict, beam_size: int) -> dict:
+def _decoders(model: Retriever | list[Retriever], methods: dict, beam_size: int) -> dict:
     """One jitted decode per `name: (constraint, scoring)`; each index is moved to the device once,
-    not per batch."""
-    return {
-        name: retrieval_fn(model, jax.device_put(constraint), beam_size=beam_size, scoring=scoring)
-        for name, (constraint, scoring) in methods.items()
-    }
+    not per batch. A list of several models decodes their ensemble (per-level log-probabilities
+    averaged)."""
+    models = model if isinstance(model, list) else [model]
+    if len(models) == 1:
+        return {
+            name: retrieval_fn(models[0], jax.device_put(c), beam_size=beam_size, scoring=scoring)
+            for name, (c, scoring) in methods.items()
+        }
+    out = {}
+    for name, (constraint, scoring) in methods.items():
+        decode = ensemble_decoder(models, jax.device_put(constraint), beam_size=beam_size)
+        out[name] = lambda tokens, decode=decode, scoring=scoring: decode(tokens, scoring)
+    return out
+
+
+def ensemble_members(
+    dirs: Sequence[Path | str], ds: InteractionData, sids: np.ndarray, codebook_size: int
+) -> list[Retriever]:
+    """The leave-one-out retrievers in `dirs`, each checked to have been trained on exactly these
+    SIDs and this split (its recorded inputs fingerprint); else an ArtifactError naming it."""
+    members = []
+    for d in map(Path, dirs):
+        info, seq, _ = read_description(d / MODEL_FILE, "retriever", "train-retriever --split loo")
+        data = split_examples(ds, sids, Split("loo"), codebook_size, seq)
+        if info.get("inputs") != inputs_fingerprint(seq, data):
+            raise ArtifactError(
+                f"{d}: not a leave-one-out retriever of this work directory's SIDs (trained on "
+                "other SIDs or another split); train it with `genret train-retriever --split loo` "
+                "in a work directory holding a copy of this tokenizer"
+            )
+        members.append(load_retriever_dir(d))
+    return members
 
 
 def content_cold_start(
@@ -260,16 +291,24 @@ def evaluate_cold_start(
 
 
 def evaluate_warm(
-    cfg: Config, layout: RunLayout, *, batch_size: int = 64, validation: bool = False
+    cfg: Config,
+    layout: RunLayout,
+    *,
+    batch_size: int = 64,
+    validation: bool = False,
+    ensemble: Sequence[Path | str] = (),
 ) -> dict:
     """TIGER's leave-one-out: Recall/NDCG@5/10, unconstrained and constrained to all items.
 
     `validation`: the same on every user's second-to-last item (never trained on; the tuning
-    protocol, far larger than the retriever's own 1,000-user holdout)."""
+    protocol, far larger than the retriever's own 1,000-user holdout). `ensemble`: other
+    leave-one-out retriever directories trained on the same SIDs (other seeds); the beams then
+    rank by the average of all the retrievers' per-level log-probabilities."""
     loo = Split("loo")
     ds, sids = load_inputs(cfg, layout)
     rdir = layout.retriever(loo)
     model = load_retriever(layout, loo)
+    members = ensemble_members(ensemble, ds, sids, model.space.codebook_size)
     split = leave_one_out(ds)
     if validation:
         split = dataclasses.replace(
@@ -287,7 +326,7 @@ def evaluate_warm(
     if scoring is not None:  # the plain joint log-probability beside (TIGER's ranking rule)
         constraints["static_plain"] = (StaticConstraint(index), None)
     decoded = evaluate.decode_interleaved(
-        _decoders(model, constraints, K),
+        _decoders([model, *members], constraints, K),
         inputs,
         metrics.SIDLookup(sids, V),
         batch_size=batch_size,
@@ -314,6 +353,8 @@ def evaluate_warm(
         "seed": cfg.eval.seed,
         "split": "validation" if validation else "test",
     }
+    if members:
+        result["ensemble"] = [str(rdir), *map(str, ensemble)]
     if scoring is not None:
         result["scoring"] = {
             "prior_weight": cfg.eval.warm_prior_weight,

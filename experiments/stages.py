@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -121,11 +122,19 @@ def evaluate_cold_start(
 
 
 def evaluate_warm(
-    cfg: Config, layout: RunLayout, *, batch_size: int = 64, validation: bool = False
+    cfg: Config,
+    layout: RunLayout,
+    *,
+    batch_size: int = 64,
+    validation: bool = False,
+    ensemble: Sequence[Path | str] = (),
 ) -> Written:
     """TIGER's leave-one-out Recall/NDCG@5/10 of the leave-one-out retriever (`validation`: on
-    every user's second-to-last item instead of the last)."""
-    result = retrieval_eval.evaluate_warm(cfg, layout, batch_size=batch_size, validation=validation)
+    every user's second-to-last item instead of the last; `ensemble`: averaged with these other
+    leave-one-out retrievers of the same SIDs)."""
+    result = retrieval_eval.evaluate_warm(
+        cfg, layout, batch_size=batch_size, validation=validation, ensemble=ensemble
+    )
     path = layout.validation_warm_result if validation else layout.warm_result
     return Written((path,), result)
 

@@ -63,6 +63,43 @@ def recall_at_k(
     return float(np.concatenate(hits)[: len(tokens)].mean())
 
 
+def ensemble_decoder(
+    models: list[Retriever], constraint: Constraint, *, beam_size: int
+) -> Callable[[np.ndarray, LevelScoring | None], BeamResult]:
+    """A `(tokens, scoring) -> BeamResult` over averaged per-level log-probs; `scoring` is a
+    decoding.LevelScoring, or None for the joint log-probability. The models' parameters and the
+    constraint are arguments of the compiled function, not constants inside it."""
+    num_levels = models[0].space.num_levels
+    graphdefs, params = zip(*(nnx.split(m) for m in models), strict=True)
+    params, constraint = jax.device_put((params, constraint))
+
+    def mean_log_probs(parts):
+        return jax.nn.log_softmax(sum(parts) / len(parts), axis=-1)
+
+    @jax.jit
+    def run(params, constraint, tokens, scoring) -> BeamResult:
+        ms = [nnx.merge(g, p) for g, p in zip(graphdefs, params, strict=True)]
+        prefilled = [m.prefill(tokens) for m in ms]
+        first = mean_log_probs([lp for lp, _ in prefilled])
+
+        def step(codes, level, caches):
+            outs = [m.step(codes, level, c) for m, c in zip(ms, caches, strict=True)]
+            return mean_log_probs([o[0] for o in outs]), tuple(o[1] for o in outs)
+
+        caches = tuple(c for _, c in prefilled)
+        return beam_search(
+            step,
+            first,
+            caches,
+            constraint,
+            beam_size=beam_size,
+            num_levels=num_levels,
+            scoring=scoring,
+        )
+
+    return lambda tokens, scoring: run(params, constraint, jax.device_put(tokens), scoring)
+
+
 def read_description(
     path: Path, what: str, command: str
 ) -> tuple[dict, SeqModelConfig, TokenSpace]:

@@ -1,6 +1,7 @@
 """genret eval-warm --validation: every user's second-to-last item, never the test targets."""
 
 import json
+import shutil
 from pathlib import Path
 
 from data.prepared import load_prepared
@@ -50,3 +51,47 @@ def test_warm_prior_weight_scores_beams_and_reports_plain_beside(workdir: Path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "eval.warm_prior_levels" in err[0]
     assert json.loads(path.read_text()) == scored  # the rejected run wrote nothing
+
+
+def test_ensemble_averages_retrievers_of_the_same_sids(workdir: Path, tmp_path, capsys):  # noqa: F811
+    w = str(workdir)
+    loo = workdir / "retriever_loo"
+    if not (loo / "train_summary.json").exists():
+        assert cli.main(["train-retriever", "--workdir", w, "--split", "loo", *TRAIN_FAST]) == 0
+    path = workdir / "results" / "validation_warm.json"
+    assert cli.main(["eval-warm", "--workdir", w, "--validation"]) == 0
+    alone = json.loads(path.read_text())["methods"]
+    # A retriever averaged with itself decodes as it does alone.
+    assert cli.main(["eval-warm", "--workdir", w, "--validation", "--ensemble", str(loo)]) == 0
+    twice = json.loads(path.read_text())
+    assert twice["ensemble"] == [str(loo), str(loo)]
+    for name in ("unconstrained", "static_all_items"):
+        for k in ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10"):
+            assert twice["methods"][name][k] == alone[name][k], (name, k)
+    # Another seed on a copy of the same prepared data and SIDs.
+    other = tmp_path / "seed1"
+    for part in ("prepared", "tokenizer"):
+        shutil.copytree(workdir / part, other / part)
+    shutil.copy(workdir / "config.json", other / "config.json")
+    train = ["train-retriever", "--workdir", str(other), "--split", "loo", *TRAIN_FAST]
+    assert cli.main([*train, "--set", "seqmodel.seed=1"]) == 0
+    member = other / "retriever_loo"
+    assert cli.main(["eval-warm", "--workdir", w, "--ensemble", str(member)]) == 0
+    res = json.loads((workdir / "results" / "warm.json").read_text())
+    assert res["ensemble"] == [str(loo), str(member)] and res["split"] == "test"
+    assert 0 <= res["methods"]["static_all_items"]["recall@10"] <= 1
+    assert res["methods"]["static_all_items"]["item_rate"] == 1.0
+    # A retriever of another split (or other SIDs) is refused in one line naming it.
+    cold = ["train-retriever", "--workdir", w, "--split", "cold", "--cold-start", "0.05"]
+    assert cli.main([*cold, *TRAIN_FAST]) == 0
+    capsys.readouterr()
+    bad = workdir / "retriever_cold_0.05"
+    assert cli.main(["eval-warm", "--workdir", w, "--ensemble", str(bad)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "other SIDs or another split" in err[0]
+    assert json.loads((workdir / "results" / "warm.json").read_text()) == res  # untouched
+    assert (
+        cli.main(["eval-warm", "--workdir", w, "--ensemble", str(member), "--decoder", "nezha"])
+        == 1
+    )
+    assert "--ensemble" in capsys.readouterr().err
