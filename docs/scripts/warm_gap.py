@@ -13,6 +13,7 @@ session 10); nothing is written.
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from data.splits import leave_one_out
@@ -23,7 +24,8 @@ from experiments.artifacts import load_retriever
 from experiments.baselines import cooccurrence_ranking
 from experiments.config import load_json
 from experiments.layout import RunLayout, Split
-from experiments.retrieval_eval import _decoders, load_inputs
+from experiments.retrieval_eval import load_inputs
+from seqmodel.inference import retrieval_fn
 from seqmodel.tokens import encode_histories, sid_tokens
 
 POPULARITY_BINS = [(0, 1), (1, 5), (5, 20), (20, 100), (100, None)]
@@ -36,9 +38,8 @@ def main(work: Path) -> None:
     model = load_retriever(layout, Split("loo"))
     split = leave_one_out(ds)
     V = model.space.codebook_size
-    decode = _decoders(
-        model, {"static": (StaticConstraint(StaticIndex.build(sids, vocab_size=V)), None)}, 20
-    )
+    index = jax.device_put(StaticConstraint(StaticIndex.build(sids, vocab_size=V)))
+    decode = {"static": retrieval_fn(model, index, beam_size=20)}
     lookup, item_tokens = metrics.SIDLookup(sids, V), sid_tokens(sids, V)
     count = np.bincount(split.train.items, minlength=len(sids))
     ends = ds.histories.offsets[split.users + 1]
