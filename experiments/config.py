@@ -35,6 +35,11 @@ class EvalConfig:
     warm_prior_weight: float = 0.0
     warm_prior_levels: int = 2
     warm: bool = True  # the pipeline also trains a leave-one-out retriever and runs eval-warm
+    # The pipeline also trains a leave-one-out retriever with each of these `seqmodel.seed`s
+    # (WORKDIR/retriever_loo_seedN), and eval-warm ranks by the average of their per-level
+    # log-probabilities with the main retriever's (an ensemble of seeds; `--ensemble` by hand).
+    warm_ensemble_seeds: tuple[int, ...] = ()
+    cold: bool = True  # the pipeline trains the cold-start retrievers and runs eval-cold-start
     sasrec: bool = False  # the pipeline also trains and ranks the SASRec baseline (leave-one-out)
     seed: int = 0
 
@@ -142,6 +147,16 @@ def validate(cfg: Config) -> Config:
         )
     if not math.isfinite(cfg.eval.warm_prior_weight):
         raise ArgumentError(f"eval.warm_prior_weight={cfg.eval.warm_prior_weight}: must be finite")
+    seeds = cfg.eval.warm_ensemble_seeds
+    if seeds and not cfg.eval.warm:
+        raise ArgumentError("eval.warm_ensemble_seeds: needs eval.warm=true")
+    if len(set(seeds)) != len(seeds) or cfg.seqmodel.seed in seeds or min(seeds, default=0) < 0:
+        raise ArgumentError(
+            f"eval.warm_ensemble_seeds={seeds}: give distinct seeds >= 0, other than "
+            f"seqmodel.seed={cfg.seqmodel.seed} (the main retriever's)"
+        )
+    if not (cfg.eval.cold or cfg.eval.warm):
+        raise ArgumentError("eval.cold and eval.warm: both false leaves the pipeline nothing to do")
     synth = cfg.data.synthetic
     for name in ("num_items", "num_users", "num_categories"):
         if getattr(synth, name) < 1:

@@ -15,15 +15,21 @@ SPLIT_KINDS = ("cold", "cold-val", "loo")
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """Which split a retriever trains on: cold (test protocol), cold-val (tuning), loo (TIGER)."""
+    """Which split a retriever trains on: cold (test protocol), cold-val (tuning), loo (TIGER).
+
+    `seed` (loo only): a further leave-one-out retriever trained with this `seqmodel.seed`, one
+    member of the pipeline's ensemble (`eval.warm_ensemble_seeds`)."""
 
     kind: str
     fraction: float | None = None
+    seed: int | None = None
 
     def __post_init__(self):
         if self.kind not in SPLIT_KINDS:
             kinds = ", ".join(SPLIT_KINDS)
             raise ArgumentError(f"--split: expected one of {kinds}, got {self.kind!r}")
+        if self.seed is not None and self.kind != "loo":
+            raise ArgumentError(f"a retriever seed names a leave-one-out member, not {self.kind}")
         if self.kind == "loo":
             if self.fraction is not None:
                 raise ArgumentError("--cold-start: not used with --split loo")
@@ -34,9 +40,9 @@ class Split:
 
     @property
     def name(self) -> str:
-        """The directory suffix: cold_0.02, coldval_0.02 or loo."""
+        """The directory suffix: cold_0.02, coldval_0.02, loo or loo_seed1."""
         if self.kind == "loo":
-            return "loo"
+            return "loo" if self.seed is None else f"loo_seed{self.seed}"
         return f"{'coldval' if self.validation else 'cold'}_{self.fraction:g}"
 
     @property
@@ -55,6 +61,8 @@ class Split:
 
     def train_command(self, root: Path) -> str:
         """The command that trains this split's retriever in `root`."""
+        if self.seed is not None:  # only the pipeline trains the ensemble's members
+            return f"genret pipeline --workdir {root}"
         if self.kind == "loo":
             return f"genret train-retriever --workdir {root} --split loo"
         val = "--split cold-val " if self.validation else ""

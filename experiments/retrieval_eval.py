@@ -303,11 +303,16 @@ def evaluate_warm(
     `validation`: the same on every user's second-to-last item (never trained on; the tuning
     protocol, far larger than the retriever's own 1,000-user holdout). `ensemble`: other
     leave-one-out retriever directories trained on the same SIDs (other seeds); the beams then
-    rank by the average of all the retrievers' per-level log-probabilities."""
+    rank by the average of all the retrievers' per-level log-probabilities, together with the
+    pipeline's own members (`eval.warm_ensemble_seeds`)."""
     loo = Split("loo")
     ds, sids = load_inputs(cfg, layout)
     rdir = layout.retriever(loo)
     model = load_retriever(layout, loo)
+    own = [Split("loo", seed=s) for s in cfg.eval.warm_ensemble_seeds]
+    for m in own:
+        load_retriever(layout, m)  # a missing member: the one-line "run the pipeline"
+    ensemble = [*(layout.retriever(m) for m in own), *ensemble]
     members = ensemble_members(ensemble, ds, sids, model.space.codebook_size)
     split = leave_one_out(ds)
     if validation:

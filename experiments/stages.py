@@ -89,13 +89,16 @@ def train_tokenizer(cfg: Config, layout: RunLayout, *, progress: bool = True) ->
 def train_retriever(
     cfg: Config, layout: RunLayout, split: Split, *, progress: bool = True
 ) -> Written:
-    """The decoder retriever of `split`, trained (or resumed) in its directory."""
+    """The decoder retriever of `split`, trained (or resumed) in its directory (an ensemble
+    member's split: with its own seed)."""
     from seqmodel.train import read_metrics, train_and_evaluate
 
     ds = load_dataset(layout)
     sids = load_sids(cfg, layout, ds)
     V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
     seq = cfg.seqmodel
+    if split.seed is not None:
+        seq = dataclasses.replace(seq, seed=split.seed)
     data = split_examples(ds, sids, split, V, seq)
     result = train_and_evaluate(seq, layout.retriever(split), data, show_progress=progress)
     paths = [layout.retriever_summary(split), layout.retriever_model(split)]

@@ -20,6 +20,9 @@ _COLD_ONLY_EVAL_FIELDS = ("cold_prior_weight", "cold_level_weights")
 # Likewise the cold-start evaluations do not read the leave-one-out scoring fields; they enter the
 # leave-one-out key only when set, so results made before the fields existed stay up to date.
 _WARM_ONLY_EVAL_FIELDS = ("warm_prior_weight", "warm_prior_levels")
+# Fields added later that enter a key only when set (the ensemble: only the leave-one-out key),
+# so a ledger written before they existed stays up to date; `cold` only chooses stages.
+_LATER_EVAL_FIELDS = ("warm_ensemble_seeds", "cold")
 
 
 def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> list[ledger.Stage]:
@@ -36,6 +39,8 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
     ]
     seq = identity_fields(cfg.seqmodel)
     eval_fields = dataclasses.asdict(cfg.eval)
+    for name in _LATER_EVAL_FIELDS:
+        del eval_fields[name]
     ev = (
         {k: v for k, v in eval_fields.items() if k not in _WARM_ONLY_EVAL_FIELDS},
         dataclasses.asdict(cfg.decode),
@@ -44,6 +49,8 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
     if not cfg.eval.warm_prior_weight:
         for name in _WARM_ONLY_EVAL_FIELDS:
             del warm_eval[name]
+    if cfg.eval.warm_ensemble_seeds:
+        warm_eval["warm_ensemble_seeds"] = cfg.eval.warm_ensemble_seeds
 
     def retriever(split: Split, key_parts: tuple) -> ledger.Stage:
         return ledger.Stage(
@@ -55,7 +62,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
             check=lambda: load_retriever(layout, split),
         )
 
-    for p in cfg.eval.cold_start_fractions:
+    for p in cfg.eval.cold_start_fractions if cfg.eval.cold else ():
         split = Split("cold", p)
         result = layout.cold_start_result(p)
         out.append(retriever(split, (seq, p)))
@@ -70,15 +77,20 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
             )
         )
     if cfg.eval.warm:
-        loo = Split("loo")
-        out.append(retriever(loo, (seq,)))
+        # The main retriever, then each ensemble member: the same config but its seed.
+        members = [Split("loo")] + [Split("loo", seed=s) for s in cfg.eval.warm_ensemble_seeds]
+        out.append(retriever(members[0], (seq,)))
+        for m in members[1:]:
+            out.append(
+                retriever(m, (identity_fields(dataclasses.replace(cfg.seqmodel, seed=m.seed)),))
+            )
         out.append(
             ledger.Stage(
                 "eval_warm",
                 (warm_eval, ev[1]),
                 (layout.warm_result,),
                 lambda: stages.evaluate_warm(cfg, layout),
-                after=(f"retriever_{loo.name}",),
+                after=tuple(f"retriever_{m.name}" for m in members),
                 check=lambda: load_json_result(layout.warm_result),
             )
         )

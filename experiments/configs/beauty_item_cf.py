@@ -28,10 +28,13 @@ from experiments.configs import beauty, beauty_item
 
 
 def collaborative(cfg: Config) -> Config:
-    """`cfg` with `beauty_item`'s retriever and co-occurrence SIDs of 256 codes per level."""
+    """`cfg` with `beauty_item`'s retriever and co-occurrence SIDs of 256 codes per level, three
+    leave-one-out seeds ensembled, and no cold-start stages (this is the leave-one-out preset)."""
     cfg = beauty_item.item_retriever(cfg)
     return dataclasses.replace(
-        cfg, rqvae=dataclasses.replace(cfg.rqvae, cf_dim=64, codebook_size=256)
+        cfg,
+        rqvae=dataclasses.replace(cfg.rqvae, cf_dim=64, codebook_size=256),
+        eval=dataclasses.replace(cfg.eval, warm_ensemble_seeds=(1, 2), cold=False),
     )
 
 
