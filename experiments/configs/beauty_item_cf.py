@@ -11,14 +11,15 @@ Measured and left out: a hashed item embedding on the retriever's input (no bett
 longer schedule at half the learning rate (8.45%), a popularity correction of the beam score
 (`eval.warm_prior_weight`, lower at every weight).
 
-Commands: `genret prepare --dataset beauty --config beauty_item_cf --workdir W`, `genret train-
-tokenizer --workdir W --config beauty_item_cf`, `genret train-retriever --workdir W --split loo
---config beauty_item_cf`, `genret eval-warm --workdir W`. Session 10, the 2-core CPU shared with
-one other training: 21 minutes of training (30 epochs, best at 21), full validation Recall@5 /
-NDCG@5 / Recall@10 / NDCG@10 5.69 / 3.91 / 8.71 / 4.88%, test 4.23 / 2.86 / 6.34 / 3.54% (TIGER:
-4.54 / 3.21 / 6.48 / 3.84); retriever seeds 1 and 2 (`--set seqmodel.seed=N`) 4.08 / 2.76 / 6.47 /
-3.52% and 4.31 / 2.97 / 6.62 / 3.71%; the three as one ensemble (`genret eval-warm --ensemble`)
-4.80 / 3.35 / 7.50 / 4.22%, above TIGER on all four. docs/RESULTS.md, lead tables.
+Session 11: the pipeline trains the retriever with seeds 0, 1 and 2
+(`eval.warm_ensemble_seeds=(1, 2)`) and ranks by the average of their per-level log-probabilities
+(three seeds: validation Recall@10 9.92% against 9.47% for two and 8.71% for one); the cold-start
+stages are off (`eval.cold=False`; the cold-start preset is `beauty`).
+
+Command: `genret pipeline --dataset beauty --config beauty_item_cf --workdir W` (results/warm.json).
+Test Recall@5 / NDCG@5 / Recall@10 / NDCG@10 4.80 / 3.35 / 7.50 / 4.22% (TIGER: 4.54 / 3.21 / 6.48 /
+3.84); one retriever alone, seeds 0 / 1 / 2: 4.23 / 2.86 / 6.34 / 3.54, 4.08 / 2.76 / 6.47 / 3.52,
+4.31 / 2.97 / 6.62 / 3.71%. docs/RESULTS.md, lead tables; training time in docs/BENCHMARKS.md.
 """
 
 import dataclasses
