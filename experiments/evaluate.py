@@ -34,6 +34,7 @@ def decode_interleaved(
     *,
     batch_size: int,
     desc: str = "decoding",
+    progress: bool = True,
 ) -> dict[str, Decoded]:
     """Runs every method on each batch in turn, so their latencies share the machine's state.
 
@@ -47,7 +48,7 @@ def decode_interleaved(
     for fn in methods.values():
         jax.block_until_ready(fn(batches[0]))
     out = {name: ([], [], [], []) for name in methods}
-    for batch in tqdm(batches, desc=desc, unit="batch", leave=False):
+    for batch in tqdm(batches, desc=desc, unit="batch", leave=False, disable=not progress):
         for name, fn in methods.items():
             start = time.perf_counter()
             res = jax.block_until_ready(fn(batch))

@@ -232,6 +232,7 @@ def evaluate_cold_start(
     *,
     batch_size: int = 64,
     validation: bool = False,
+    progress: bool = True,
 ) -> dict:
     """Unconstrained vs constrained random vs STATIC over the cold set; writes the results JSON.
 
@@ -263,6 +264,7 @@ def evaluate_cold_start(
         metrics.SIDLookup(sids, V),
         batch_size=batch_size,
         desc=f"cold {fraction:g}",
+        progress=progress,
     )
     cold = split.cold_mask
     methods = {
@@ -297,6 +299,7 @@ def evaluate_warm(
     batch_size: int = 64,
     validation: bool = False,
     ensemble: Sequence[Path | str] = (),
+    progress: bool = True,
 ) -> dict:
     """TIGER's leave-one-out: Recall/NDCG@5/10, unconstrained and constrained to all items.
 
@@ -336,6 +339,7 @@ def evaluate_warm(
         metrics.SIDLookup(sids, V),
         batch_size=batch_size,
         desc="leave-one-out",
+        progress=progress,
     )
     everything = np.ones(len(sids), bool)
     users = _sample_users(len(split.test_targets), cfg.eval)

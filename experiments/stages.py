@@ -116,10 +116,11 @@ def evaluate_cold_start(
     *,
     validation: bool = False,
     batch_size: int = 64,
+    progress: bool = True,
 ) -> Written:
     """Unconstrained vs constrained random vs STATIC over the cold set (or the validation set)."""
     result = retrieval_eval.evaluate_cold_start(
-        cfg, layout, fraction, batch_size=batch_size, validation=validation
+        cfg, layout, fraction, batch_size=batch_size, validation=validation, progress=progress
     )
     return Written((layout.cold_start_result(fraction, validation=validation),), result)
 
@@ -131,12 +132,18 @@ def evaluate_warm(
     batch_size: int = 64,
     validation: bool = False,
     ensemble: Sequence[Path | str] = (),
+    progress: bool = True,
 ) -> Written:
     """TIGER's leave-one-out Recall/NDCG@5/10 of the leave-one-out retriever (`validation`: on
     every user's second-to-last item instead of the last; `ensemble`: averaged with these other
     leave-one-out retrievers of the same SIDs)."""
     result = retrieval_eval.evaluate_warm(
-        cfg, layout, batch_size=batch_size, validation=validation, ensemble=ensemble
+        cfg,
+        layout,
+        batch_size=batch_size,
+        validation=validation,
+        ensemble=ensemble,
+        progress=progress,
     )
     path = layout.validation_warm_result if validation else layout.warm_result
     return Written((path,), result)

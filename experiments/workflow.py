@@ -71,7 +71,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
                 f"eval_cold_{p:g}",
                 ev,
                 (result,),
-                lambda p=p: stages.evaluate_cold_start(cfg, layout, p),
+                lambda p=p: stages.evaluate_cold_start(cfg, layout, p, progress=progress),
                 after=(f"retriever_{split.name}",),
                 check=lambda result=result: load_json_result(result),
             )
@@ -89,7 +89,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
                 "eval_warm",
                 (warm_eval, ev[1]),
                 (layout.warm_result,),
-                lambda: stages.evaluate_warm(cfg, layout),
+                lambda: stages.evaluate_warm(cfg, layout, progress=progress),
                 after=tuple(f"retriever_{m.name}" for m in members),
                 check=lambda: load_json_result(layout.warm_result),
             )

@@ -80,6 +80,7 @@ def test_pipeline_ensemble_of_seeds_without_cold_start(tmp_path, capsys):
     argv += ["--set", "seqmodel.num_epochs=1", "--set", "eval.cold=false"]
     argv += ["--set", "eval.warm_ensemble_seeds=3", "--no-progress"]
     assert cli.main(argv) == 0
+    assert "leave-one-out:" not in capsys.readouterr().err  # --no-progress: no evaluation bar
     ledger = json.loads((tmp_path / "stages.json").read_text())
     assert set(ledger) == {"tokenizer", "retriever_loo", "retriever_loo_seed3", "eval_warm"}
     assert not list((tmp_path / "results").glob("cold_start_*.json"))
