@@ -48,15 +48,21 @@ def load_sids(cfg: Config, layout: RunLayout, ds: InteractionData) -> np.ndarray
     return np.asarray(sids, np.int32)
 
 
-def load_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Retriever:
-    """The best checkpoint's retriever of `split` (or of `retriever_dir`)."""
-    from seqmodel.inference import load_retriever as load
-
+def require_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Path:
+    """The directory of `split`'s trained retriever (or `retriever_dir`), without loading it; a
+    missing one is an ArtifactError naming it and the command that trains it."""
     rdir = layout.retriever(split) if retriever_dir is None else Path(retriever_dir)
     command = split.train_command(layout.root)
     layout.require(rdir / MODEL_FILE, command)
     layout.require(rdir / CHECKPOINTS_DIR, command)
-    return load(rdir)
+    return rdir
+
+
+def load_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Retriever:
+    """The best checkpoint's retriever of `split` (or of `retriever_dir`)."""
+    from seqmodel.inference import load_retriever as load
+
+    return load(require_retriever(layout, split, retriever_dir))
 
 
 def load_json_result(path: Path) -> dict:

@@ -105,7 +105,7 @@ def diagnose(
     targets, inputs = evaluated_inputs(first, sids, split, cfg.eval, rdirs[0])
     cold = sids[split.cold_items]
     index = StaticIndex.build(cold, vocab_size=V, dense_levels=cfg.decode.dense_levels)
-    constraint = StaticConstraint(index)
+    constraint = jax.device_put(StaticConstraint(index))
     beam_size = beam_size or cfg.eval.beam_size
     lookup = metrics.SIDLookup(sids, V)
 
@@ -114,9 +114,9 @@ def diagnose(
     def score(ms, scoring=None):
         key = tuple(map(id, ms))
         if key not in decoders:
-            decoders[key] = ensemble_decoder(ms, constraint, beam_size=beam_size)
+            decoders[key] = ensemble_decoder(ms, beam_size=beam_size)
         dec = decoders[key]
-        methods = {"static": lambda tokens: dec(tokens, scoring)}
+        methods = {"static": lambda tokens: dec(tokens, constraint, scoring)}
         decoded = evaluate.decode_interleaved(
             methods, inputs, lookup, batch_size=batch_size, desc="diagnose"
         )

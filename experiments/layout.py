@@ -49,6 +49,10 @@ class Split:
     def validation(self) -> bool:
         return self.kind == "cold-val"
 
+    def retriever_config(self, seq):
+        """The SeqModelConfig this split's retriever trains with: `seq`, with a member's seed."""
+        return seq if self.seed is None else dataclasses.replace(seq, seed=self.seed)
+
     def train_draft_command(self, root: Path, name: str = "") -> str:
         """The command that trains a draft head on this split's retriever in `root`."""
         split = (

@@ -27,7 +27,13 @@ from decoding import (
     prior_correction,
 )
 from experiments import evaluate, metrics
-from experiments.artifacts import load_dataset, load_retriever, load_sids, split_examples
+from experiments.artifacts import (
+    load_dataset,
+    load_retriever,
+    load_sids,
+    require_retriever,
+    split_examples,
+)
 from experiments.baselines import content_metrics, cooccurrence_metrics
 from experiments.config import Config, EvalConfig
 from experiments.layout import RunLayout, Split
@@ -55,11 +61,12 @@ def _decoders(model: Retriever | list[Retriever], methods: dict, beam_size: int)
             name: retrieval_fn(models[0], jax.device_put(c), beam_size=beam_size, scoring=scoring)
             for name, (c, scoring) in methods.items()
         }
-    out = {}
-    for name, (constraint, scoring) in methods.items():
-        decode = ensemble_decoder(models, jax.device_put(constraint), beam_size=beam_size)
-        out[name] = lambda tokens, decode=decode, scoring=scoring: decode(tokens, scoring)
-    return out
+    decode = ensemble_decoder(models, beam_size=beam_size)  # every member's parameters, once
+    placed = {name: (jax.device_put(c), scoring) for name, (c, scoring) in methods.items()}
+    return {
+        name: lambda tokens, c=c, scoring=scoring: decode(tokens, c, scoring)
+        for name, (c, scoring) in placed.items()
+    }
 
 
 def ensemble_members(
@@ -312,10 +319,9 @@ def evaluate_warm(
     ds, sids = load_inputs(cfg, layout)
     rdir = layout.retriever(loo)
     model = load_retriever(layout, loo)
-    own = [Split("loo", seed=s) for s in cfg.eval.warm_ensemble_seeds]
-    for m in own:
-        load_retriever(layout, m)  # a missing member: the one-line "run the pipeline"
-    ensemble = [*(layout.retriever(m) for m in own), *ensemble]
+    # A missing member of the pipeline's own: the one-line "run the pipeline", before any is loaded.
+    own = [require_retriever(layout, Split("loo", seed=s)) for s in cfg.eval.warm_ensemble_seeds]
+    ensemble = [*own, *ensemble]
     members = ensemble_members(ensemble, ds, sids, model.space.codebook_size)
     split = leave_one_out(ds)
     if validation:

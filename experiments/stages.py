@@ -96,9 +96,7 @@ def train_retriever(
     ds = load_dataset(layout)
     sids = load_sids(cfg, layout, ds)
     V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
-    seq = cfg.seqmodel
-    if split.seed is not None:
-        seq = dataclasses.replace(seq, seed=split.seed)
+    seq = split.retriever_config(cfg.seqmodel)
     data = split_examples(ds, sids, split, V, seq)
     result = train_and_evaluate(seq, layout.retriever(split), data, show_progress=progress)
     paths = [layout.retriever_summary(split), layout.retriever_model(split)]

@@ -79,11 +79,8 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
     if cfg.eval.warm:
         # The main retriever, then each ensemble member: the same config but its seed.
         members = [Split("loo")] + [Split("loo", seed=s) for s in cfg.eval.warm_ensemble_seeds]
-        out.append(retriever(members[0], (seq,)))
-        for m in members[1:]:
-            out.append(
-                retriever(m, (identity_fields(dataclasses.replace(cfg.seqmodel, seed=m.seed)),))
-            )
+        for m in members:
+            out.append(retriever(m, (identity_fields(m.retriever_config(cfg.seqmodel)),)))
         out.append(
             ledger.Stage(
                 "eval_warm",

@@ -64,14 +64,16 @@ def recall_at_k(
 
 
 def ensemble_decoder(
-    models: list[Retriever], constraint: Constraint, *, beam_size: int
-) -> Callable[[np.ndarray, LevelScoring | None], BeamResult]:
-    """A `(tokens, scoring) -> BeamResult` over averaged per-level log-probs; `scoring` is a
-    decoding.LevelScoring, or None for the joint log-probability. The models' parameters and the
-    constraint are arguments of the compiled function, not constants inside it."""
+    models: list[Retriever], *, beam_size: int
+) -> Callable[[np.ndarray, Constraint, LevelScoring | None], BeamResult]:
+    """A `(tokens, constraint, scoring) -> BeamResult` over averaged per-level log-probs; `scoring`
+    is a decoding.LevelScoring, or None for the joint log-probability. The models' parameters are
+    put on the device once, here; they and the constraint are arguments of the compiled function,
+    not constants inside it, so one decoder serves every constraint (put the constraint on the
+    device once too, with `jax.device_put`, when it is reused)."""
     num_levels = models[0].space.num_levels
     graphdefs, params = zip(*(nnx.split(m) for m in models), strict=True)
-    params, constraint = jax.device_put((params, constraint))
+    params = jax.device_put(params)
 
     def mean_log_probs(parts):
         return jax.nn.log_softmax(sum(parts) / len(parts), axis=-1)
@@ -97,7 +99,9 @@ def ensemble_decoder(
             scoring=scoring,
         )
 
-    return lambda tokens, scoring: run(params, constraint, jax.device_put(tokens), scoring)
+    return lambda tokens, constraint, scoring: run(
+        params, constraint, jax.device_put(tokens), scoring
+    )
 
 
 def read_description(
