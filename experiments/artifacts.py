@@ -8,7 +8,7 @@ import numpy as np
 
 import rqvae
 from data import prepared
-from data.errors import ArtifactError
+from data.errors import ArgumentError, ArtifactError
 from data.examples import RetrieverData, cold_start_examples, loo_examples
 from data.types import InteractionData
 from experiments.config import Config
@@ -46,6 +46,17 @@ def load_sids(cfg: Config, layout: RunLayout, ds: InteractionData) -> np.ndarray
         asins, ds.catalog.asins, layout.tokenizer, sids=sids, codebook_size=cfg.rqvae.codebook_size
     )
     return np.asarray(sids, np.int32)
+
+
+def own_leave_one_out(cfg: Config, layout: RunLayout) -> None:
+    """An ArgumentError when this run's leave-one-out part lives in another work directory
+    (`eval.warm_preset`), naming that directory."""
+    if cfg.eval.warm_preset:
+        raise ArgumentError(
+            f"--workdir {layout.root}: its leave-one-out part runs as preset "
+            f"{cfg.eval.warm_preset} in {layout.warm_run.root} (eval.warm_preset); "
+            f"pass --workdir {layout.warm_run.root}"
+        )
 
 
 def require_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Path:

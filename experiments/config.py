@@ -40,6 +40,10 @@ class EvalConfig:
     # log-probabilities with the main retriever's (an ensemble of seeds; `--ensemble` by hand).
     warm_ensemble_seeds: tuple[int, ...] = ()
     cold: bool = True  # the pipeline trains the cold-start retrievers and runs eval-cold-start
+    # A preset name: the pipeline's leave-one-out part runs as that preset in WORKDIR/loo (its own
+    # tokenizer and retrievers; one work directory holds one tokenizer), and its results/warm.json
+    # is copied to WORKDIR/results/warm.json. Empty: leave-one-out runs on this run's tokenizer.
+    warm_preset: str = ""
     sasrec: bool = False  # the pipeline also trains and ranks the SASRec baseline (leave-one-out)
     seed: int = 0
 
@@ -157,11 +161,37 @@ def validate(cfg: Config) -> Config:
         )
     if not (cfg.eval.cold or cfg.eval.warm):
         raise ArgumentError("eval.cold and eval.warm: both false leaves the pipeline nothing to do")
+    if cfg.eval.warm_preset:
+        warm_run_config(cfg)  # names a preset that can run the leave-one-out part
+        if not cfg.eval.warm or seeds:
+            raise ArgumentError(
+                f"eval.warm_preset={cfg.eval.warm_preset}: needs eval.warm=true, and the ensemble "
+                "seeds belong to that preset (eval.warm_ensemble_seeds must be empty here)"
+            )
     synth = cfg.data.synthetic
     for name in ("num_items", "num_users", "num_categories"):
         if getattr(synth, name) < 1:
             raise ArgumentError(f"data.synthetic.{name}={getattr(synth, name)}: must be >= 1")
     return cfg
+
+
+def warm_run_config(cfg: Config) -> Config:
+    """The config of the run's leave-one-out part (`eval.warm_preset`): that preset on this run's
+    data, with leave-one-out only. An ArgumentError if the name is no preset or names another."""
+    name = cfg.eval.warm_preset
+    try:
+        warm = load_preset(name)
+    except ArgumentError:
+        raise ArgumentError(
+            f"eval.warm_preset={name!r}: no such preset; choose from {', '.join(preset_names())}"
+        ) from None
+    if warm.eval.warm_preset:
+        raise ArgumentError(
+            f"eval.warm_preset={name}: that preset sets eval.warm_preset={warm.eval.warm_preset} "
+            "itself; name the preset that runs leave-one-out on its own tokenizer"
+        )
+    ev = dataclasses.replace(warm.eval, warm=True, cold=False, sasrec=False)
+    return validate(dataclasses.replace(warm, data=cfg.data, eval=ev))
 
 
 def preset_names() -> list[str]:

@@ -90,6 +90,11 @@ class RunLayout:
         return self.root / "config.json"
 
     @property
+    def warm_run(self) -> "RunLayout":
+        """The work directory of the leave-one-out part when `eval.warm_preset` is set."""
+        return RunLayout(self.root / "loo")
+
+    @property
     def ledger(self) -> Path:
         return self.root / "stages.json"
 

@@ -20,7 +20,8 @@ class Stage:
     key_parts: tuple
     outputs: tuple[Path, ...]
     run: Callable[[], object]
-    after: tuple[str, ...] = ()  # stages whose keys enter this one's (default: the previous)
+    # Stages whose keys enter this one's; None: the previous stage's; (): none.
+    after: tuple[str, ...] | None = None
     # Raises when an output exists but no longer loads (a truncated file, a damaged checkpoint).
     check: Callable[[], None] | None = None
 
@@ -76,7 +77,7 @@ def run_stages(
     keys: dict[str, str] = {}
     timings = {}
     for i, stage in enumerate(stages):
-        after = stage.after or ((stages[i - 1].name,) if i else ())
+        after = stage.after if stage.after is not None else ((stages[i - 1].name,) if i else ())
         key = fingerprint([keys[a] for a in after], stage.name, stage.key_parts)
         keys[stage.name] = key
         if ledger.up_to_date(stage, key, log):

@@ -31,6 +31,7 @@ from experiments.artifacts import (
     load_dataset,
     load_retriever,
     load_sids,
+    own_leave_one_out,
     require_retriever,
     split_examples,
 )
@@ -315,6 +316,7 @@ def evaluate_warm(
     leave-one-out retriever directories trained on the same SIDs (other seeds); the beams then
     rank by the average of all the retrievers' per-level log-probabilities, together with the
     pipeline's own members (`eval.warm_ensemble_seeds`)."""
+    own_leave_one_out(cfg, layout)
     loo = Split("loo")
     ds, sids = load_inputs(cfg, layout)
     rdir = layout.retriever(loo)

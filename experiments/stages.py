@@ -19,7 +19,13 @@ from data.errors import ArgumentError, ArtifactError
 from data.types import Histories
 from experiments import config as config_lib
 from experiments import plots, report, retrieval_eval
-from experiments.artifacts import load_dataset, load_sids, split_examples
+from experiments.artifacts import (
+    load_dataset,
+    load_json_result,
+    load_sids,
+    own_leave_one_out,
+    split_examples,
+)
 from experiments.config import Config
 from experiments.layout import RunLayout, Split
 
@@ -93,6 +99,8 @@ def train_retriever(
     member's split: with its own seed)."""
     from seqmodel.train import read_metrics, train_and_evaluate
 
+    if split.kind == "loo":
+        own_leave_one_out(cfg, layout)
     ds = load_dataset(layout)
     sids = load_sids(cfg, layout, ds)
     V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
@@ -145,6 +153,15 @@ def evaluate_warm(
     )
     path = layout.validation_warm_result if validation else layout.warm_result
     return Written((path,), result)
+
+
+def copy_warm_result(warm: RunLayout, layout: RunLayout) -> Written:
+    """The leave-one-out part's results/warm.json (`eval.warm_preset`, run in `warm`) as this
+    run's results/warm.json, with the work directory it came from."""
+    result = load_json_result(warm.warm_result)
+    result["run"] = str(warm.root)
+    atomic.write_json(layout.warm_result, result)
+    return Written((layout.warm_result,), {"warm": str(layout.warm_result), "run": str(warm.root)})
 
 
 def write_report(cfg: Config, layout: RunLayout) -> Written:

@@ -9,7 +9,7 @@ from pathlib import Path
 from data.fingerprint import file_digest
 from experiments import ledger, stages
 from experiments.artifacts import load_json_result, load_retriever
-from experiments.config import Config
+from experiments.config import Config, warm_run_config
 from experiments.layout import RunLayout, Split
 from rqvae.config import identity_fields as rqvae_identity_fields
 from seqmodel.config import identity_fields
@@ -22,7 +22,9 @@ _COLD_ONLY_EVAL_FIELDS = ("cold_prior_weight", "cold_level_weights")
 _WARM_ONLY_EVAL_FIELDS = ("warm_prior_weight", "warm_prior_levels")
 # Fields added later that enter a key only when set (the ensemble: only the leave-one-out key),
 # so a ledger written before they existed stays up to date; `cold` only chooses stages.
-_LATER_EVAL_FIELDS = ("warm_ensemble_seeds", "cold")
+_LATER_EVAL_FIELDS = ("warm_ensemble_seeds", "cold", "warm_preset")
+# The prefix of the leave-one-out part's stages when it runs as another preset (eval.warm_preset).
+WARM_RUN_PREFIX = "loo/"
 
 
 def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> list[ledger.Stage]:
@@ -76,7 +78,9 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
                 check=lambda result=result: load_json_result(result),
             )
         )
-    if cfg.eval.warm:
+    if cfg.eval.warm and cfg.eval.warm_preset:
+        out += _warm_run_stages(cfg, layout, progress=progress)
+    elif cfg.eval.warm:
         # The main retriever, then each ensemble member: the same config but its seed.
         members = [Split("loo")] + [Split("loo", seed=s) for s in cfg.eval.warm_ensemble_seeds]
         for m in members:
@@ -105,6 +109,30 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
     return out
 
 
+def _warm_run_stages(cfg: Config, layout: RunLayout, *, progress: bool) -> list[ledger.Stage]:
+    """The leave-one-out part as the `eval.warm_preset` run in WORKDIR/loo: that run's own stages
+    (prefixed `loo/`, keyed by its config and its prepared data alone), then the copy of its
+    results/warm.json into this run's results."""
+    warm = layout.warm_run
+    nested = [
+        dataclasses.replace(
+            st,
+            name=WARM_RUN_PREFIX + st.name,
+            after=tuple(WARM_RUN_PREFIX + a for a in st.after) if st.after is not None else (),
+        )
+        for st in build_stages(warm_run_config(cfg), warm, progress=progress)
+    ]
+    copy = ledger.Stage(
+        "eval_warm",
+        (str(warm.root),),
+        (layout.warm_result,),
+        lambda: stages.copy_warm_result(warm, layout),
+        after=(WARM_RUN_PREFIX + "eval_warm",),
+        check=lambda: load_json_result(layout.warm_result),
+    )
+    return [*nested, copy]
+
+
 def run_pipeline(
     cfg: Config, layout: RunLayout, *, progress: bool = True, log: Callable[[str], None] = print
 ) -> Path:
@@ -113,6 +141,11 @@ def run_pipeline(
     log("[prepare] running (reuses the prepared dataset when inputs are unchanged)")
     stages.prepare(cfg, layout)
     stages.save_config(cfg, layout)
+    if cfg.eval.warm and cfg.eval.warm_preset:
+        warm_cfg, warm = warm_run_config(cfg), layout.warm_run
+        log(f"[prepare] the leave-one-out part: {warm_cfg.name} in {warm.root}")
+        stages.prepare(warm_cfg, warm)
+        stages.save_config(warm_cfg, warm)
     ledger.run_stages(
         build_stages(cfg, layout, progress=progress),
         layout.ledger,

@@ -37,8 +37,14 @@ def get_config() -> Config:
     # (docs/RESULTS.md, "Session 4: cold-start beam scores"): minus 0.5 x the training log prior
     # of the first two codes, and weight 0.25 on the last two levels' log-probs. Validation STATIC
     # Recall@1, seeds 0/1/2: 3.94/3.21/2.87% plain, 4.49/3.94/3.64% scored.
+    # Leave-one-out: the `beauty_item_cf` preset in WORKDIR/loo (its own collaborative SIDs, an
+    # item-level retriever, three seeds; docs/RESULTS.md, lead tables). One work directory holds
+    # one tokenizer, and these 64-code text SIDs are the cold-start ones.
     ev = dataclasses.replace(
-        cfg.eval, cold_prior_weight=0.5, cold_level_weights=(1.0, 1.0, 0.25, 0.25)
+        cfg.eval,
+        cold_prior_weight=0.5,
+        cold_level_weights=(1.0, 1.0, 0.25, 0.25),
+        warm_preset="beauty_item_cf",
     )
     return dataclasses.replace(
         cfg,

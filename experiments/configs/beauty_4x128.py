@@ -20,7 +20,8 @@ from experiments.configs import beauty
 
 
 def larger_retriever(cfg: Config) -> Config:
-    """`cfg` with this preset's retriever and schedule (the tokenizer and scores unchanged)."""
+    """`cfg` with this preset's retriever and schedule (the tokenizer and scores unchanged); its
+    leave-one-out part runs on this run's own tokenizer (no `eval.warm_preset`)."""
     seqmodel = dataclasses.replace(
         cfg.seqmodel,
         num_layers=4,
@@ -37,7 +38,8 @@ def larger_retriever(cfg: Config) -> Config:
         eval_every=171,  # about one epoch of Beauty's leave-one-out split
         patience=10,
     )
-    return dataclasses.replace(cfg, seqmodel=seqmodel)
+    ev = dataclasses.replace(cfg.eval, warm_preset="")
+    return dataclasses.replace(cfg, seqmodel=seqmodel, eval=ev)
 
 
 def get_config() -> Config:

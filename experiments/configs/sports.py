@@ -14,5 +14,8 @@ from experiments.configs import beauty
 def get_config() -> Config:
     cfg = beauty.get_config()
     return dataclasses.replace(
-        cfg, name="sports", data=dataclasses.replace(cfg.data, dataset="sports")
+        cfg,
+        name="sports",
+        data=dataclasses.replace(cfg.data, dataset="sports"),
+        eval=dataclasses.replace(cfg.eval, warm_preset="sports_item_cf"),
     )

@@ -13,4 +13,9 @@ from experiments.configs import beauty
 
 def get_config() -> Config:
     cfg = beauty.get_config()
-    return dataclasses.replace(cfg, name="toys", data=dataclasses.replace(cfg.data, dataset="toys"))
+    return dataclasses.replace(
+        cfg,
+        name="toys",
+        data=dataclasses.replace(cfg.data, dataset="toys"),
+        eval=dataclasses.replace(cfg.eval, warm_preset="toys_item_cf"),
+    )

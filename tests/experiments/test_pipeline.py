@@ -108,6 +108,48 @@ def test_pipeline_ensemble_of_seeds_without_cold_start(tmp_path, capsys):
     assert len(err) == 1 and "retriever_loo_seed3" in err[0] and "genret pipeline" in err[0]
 
 
+@pytest.mark.slow
+def test_pipeline_runs_leave_one_out_as_another_preset(tmp_path, capsys):
+    w = tmp_path / "w"
+    argv = ["pipeline", "--dataset", "synthetic", "--workdir", str(w), "--config", "tiny"]
+    argv += ["--set", "eval.cold_start_fractions=0.05", "--set", "seqmodel.num_epochs=1"]
+    argv += ["--set", "eval.warm_preset=tiny", "--no-progress"]
+    assert cli.main(argv) == 0
+    ledger = json.loads((w / "stages.json").read_text())
+    assert set(ledger) == {
+        "tokenizer",
+        "retriever_cold_0.05",
+        "eval_cold_0.05",
+        "loo/tokenizer",
+        "loo/retriever_loo",
+        "loo/eval_warm",
+        "eval_warm",
+    }
+    loo = w / "loo"
+    assert not (w / "retriever_loo").exists() and (loo / "retriever_loo").is_dir()
+    # The leave-one-out part is the named preset itself (its own epochs, not this run's --set),
+    # with leave-one-out only; its tokenizer is its own.
+    nested = config.load_json(loo / "config.json")
+    assert (nested.name, nested.eval.cold, nested.eval.warm) == ("tiny", False, True)
+    assert nested.seqmodel.num_epochs == config.load_preset("tiny").seqmodel.num_epochs
+    assert (loo / "tokenizer").is_dir() and not list(loo.glob("retriever_cold*"))
+    warm = json.loads((w / "results" / "warm.json").read_text())
+    assert warm["run"] == str(loo)
+    assert _quality(warm) == _quality(json.loads((loo / "results" / "warm.json").read_text()))
+    assert "Leave-one-out" in (w / "results" / "report.md").read_text()
+    capsys.readouterr()
+    assert cli.main(["pipeline", "--workdir", str(w), "--no-progress"]) == 0
+    assert capsys.readouterr().out.count("up to date, skipped") == 7
+    # The leave-one-out commands on the outer directory point at the inner one, in one line.
+    assert cli.main(["eval-warm", "--workdir", str(w)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(loo) in err[0] and "eval.warm_preset" in err[0], err
+    # The inner directory is an ordinary work directory: its evaluation reproduces the copy.
+    assert cli.main(["eval-warm", "--workdir", str(loo)]) == 0
+    again = json.loads((loo / "results" / "warm.json").read_text())
+    assert _quality(again) == _quality(warm)
+
+
 @pytest.mark.parametrize(
     "sets, key",
     [
@@ -116,6 +158,9 @@ def test_pipeline_ensemble_of_seeds_without_cold_start(tmp_path, capsys):
         (["eval.warm_ensemble_seeds=-1"], "eval.warm_ensemble_seeds"),
         (["eval.warm_ensemble_seeds=1", "eval.warm=false"], "eval.warm_ensemble_seeds"),
         (["eval.cold=false", "eval.warm=false"], "eval.cold"),
+        (["eval.warm_preset=nosuch"], "eval.warm_preset"),
+        (["eval.warm_preset=tiny", "eval.warm_ensemble_seeds=1"], "eval.warm_preset"),
+        (["eval.warm_preset=tiny", "eval.warm=false"], "eval.warm_preset"),
     ],
 )
 def test_bad_ensemble_or_empty_pipeline_fails_before_any_stage(tmp_path, capsys, sets, key):
