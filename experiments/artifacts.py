@@ -63,6 +63,12 @@ def require_retriever(layout: RunLayout, split: Split, retriever_dir: Path | Non
     """The directory of `split`'s trained retriever (or `retriever_dir`), without loading it; a
     missing one is an ArtifactError naming it and the command that trains it."""
     rdir = layout.retriever(split) if retriever_dir is None else Path(retriever_dir)
+    warm = layout.warm_run
+    if retriever_dir is None and split.kind == "loo" and not rdir.exists() and warm.config.exists():
+        raise ArtifactError(
+            f"{rdir} is missing: this run's leave-one-out part is the work directory {warm.root} "
+            f"(eval.warm_preset); pass --workdir {warm.root}"
+        )
     command = split.train_command(layout.root)
     layout.require(rdir / MODEL_FILE, command)
     layout.require(rdir / CHECKPOINTS_DIR, command)

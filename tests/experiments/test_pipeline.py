@@ -144,6 +144,10 @@ def test_pipeline_runs_leave_one_out_as_another_preset(tmp_path, capsys):
     assert cli.main(["eval-warm", "--workdir", str(w)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(loo) in err[0] and "eval.warm_preset" in err[0], err
+    # So do those that load its retriever (serving, draft heads), from the inner config alone.
+    assert cli.main(["train-draft", "--workdir", str(w), "--split", "loo"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--workdir {loo}" in err[0], err
     # The inner directory is an ordinary work directory: its evaluation reproduces the copy.
     assert cli.main(["eval-warm", "--workdir", str(loo)]) == 0
     again = json.loads((loo / "results" / "warm.json").read_text())
