@@ -1,9 +1,11 @@
-"""Amazon Reviews 2014 Beauty 5-core, the STATIC cold-start protocol.
+"""Amazon Reviews 2014 Beauty 5-core: the STATIC cold-start protocol on these SIDs and retrievers,
+and TIGER's leave-one-out as the `beauty_item_cf` preset in WORKDIR/loo (`eval.warm_preset`).
 
-Command: `genret pipeline --dataset beauty --workdir runs/beauty`
-Retriever alone: `genret train-retriever --workdir runs/beauty --cold-start 0.02 --config beauty`,
-12 min on the shared 2-core reference CPU, validation Recall@10 0.068 (docs/BENCHMARKS.md).
-Test STATIC Recall@1 (seed 0): 3.42% at 2%, 1.83% at 5% (docs/RESULTS.md).
+Command: `genret pipeline --dataset beauty --workdir runs/beauty` (results/cold_start_*.json,
+results/warm.json copied from runs/beauty/loo, results/report.md).
+Cold-start retriever alone: `genret train-retriever --workdir runs/beauty --cold-start 0.02`.
+Test STATIC Recall@1, seed 0: 3.42% at 2%, 1.83% at 5% with session 4's code; 2.39% and 2.35% from
+an empty work directory with session 12's (docs/RESULTS.md). Leave-one-out: `beauty_item_cf`'s.
 """
 
 import dataclasses

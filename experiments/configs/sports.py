@@ -1,4 +1,5 @@
-"""Amazon Reviews 2014 Sports_and_Outdoors 5-core, the STATIC cold-start protocol.
+"""Amazon Reviews 2014 Sports_and_Outdoors 5-core, the STATIC cold-start protocol, with
+leave-one-out as the `sports_item_cf` preset in WORKDIR/loo (`eval.warm_preset`).
 
 Beauty's settings, tuned on Beauty's validation split only; this dataset is run untuned.
 

@@ -1,4 +1,5 @@
-"""Amazon Reviews 2014 Toys_and_Games 5-core, the STATIC cold-start protocol.
+"""Amazon Reviews 2014 Toys_and_Games 5-core, the STATIC cold-start protocol, with leave-one-out as
+the `toys_item_cf` preset in WORKDIR/loo (`eval.warm_preset`).
 
 Beauty's settings, tuned on Beauty's validation split only; this dataset is run untuned.
 
