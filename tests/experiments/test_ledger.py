@@ -88,6 +88,23 @@ def test_independent_branches_do_not_rerun_each_other(tmp_path):
     assert calls == ["root", "x", "y", "x"]
 
 
+def test_empty_after_has_no_upstream_but_none_follows_the_previous(tmp_path):
+    calls = []
+
+    def make(p):
+        def stage(name, parts=(), after=None):
+            return stages.Stage(
+                name, parts, (tmp_path / name,), _writer(tmp_path, calls, name), after=after
+            )
+
+        # "next" follows the stage before it (after=None); "own" has no upstream (after=()).
+        return [stage("first", (p,)), stage("next"), stage("own", (), ())]
+
+    stages.run_stages(make(1), tmp_path / "stages.json", log=lambda s: None)
+    stages.run_stages(make(2), tmp_path / "stages.json", log=lambda s: None)
+    assert calls == ["first", "next", "own", "first", "next"]
+
+
 def test_output_that_no_longer_loads_reruns(tmp_path):
     calls, logs = [], []
 
