@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core.utils import tqdm_utils
 
 from data import amazon, atomic, interactions, synthetic
 from data.config import DataConfig, amazon_category
@@ -148,8 +149,9 @@ def is_prepared(out_dir: Path, key: str) -> bool:
         return False
 
 
-def prepare(cfg: DataConfig, raw_dir: Path | None, out_dir: Path) -> Path:
-    """Writes the prepared dataset to out_dir unless one with the same content key is there."""
+def prepare(cfg: DataConfig, raw_dir: Path | None, out_dir: Path, *, progress: bool = True) -> Path:
+    """Writes the prepared dataset to out_dir unless one with the same content key is there
+    (progress: whether TFDS shows its progress bars while it writes)."""
     out_dir = Path(out_dir)
     raw_dir = resolve_raw_dir(cfg, raw_dir, out_dir)
     files = raw_files(cfg, raw_dir)
@@ -157,10 +159,14 @@ def prepare(cfg: DataConfig, raw_dir: Path | None, out_dir: Path) -> Path:
     if is_prepared(out_dir, key):
         return out_dir
     options = dict(cfg=cfg, key=key)
+    # TFDS keeps one global switch for its bars; set it for this write and put it back.
+    shown = getattr(tqdm_utils, "_active", True)
+    tfds.display_progress_bar(progress and shown)
     try:
         _write(out_dir, raw_dir, files, cfg, key, options)
     finally:
         _read_cache.clear()
+        tfds.display_progress_bar(shown)
     return out_dir
 
 

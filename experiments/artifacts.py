@@ -48,27 +48,36 @@ def load_sids(cfg: Config, layout: RunLayout, ds: InteractionData) -> np.ndarray
     return np.asarray(sids, np.int32)
 
 
+def _leave_one_out_elsewhere(layout: RunLayout, preset: str) -> str:
+    """The one line for a leave-one-out request at a work directory whose leave-one-out part is
+    the `eval.warm_preset` run in WORKDIR/loo."""
+    warm = layout.warm_run.root
+    return (
+        f"--workdir {layout.root}: its leave-one-out part runs as preset {preset} in {warm} "
+        f"(eval.warm_preset); pass --workdir {warm}"
+    )
+
+
 def own_leave_one_out(cfg: Config, layout: RunLayout) -> None:
     """An ArgumentError when this run's leave-one-out part lives in another work directory
     (`eval.warm_preset`), naming that directory."""
     if cfg.eval.warm_preset:
-        raise ArgumentError(
-            f"--workdir {layout.root}: its leave-one-out part runs as preset "
-            f"{cfg.eval.warm_preset} in {layout.warm_run.root} (eval.warm_preset); "
-            f"pass --workdir {layout.warm_run.root}"
-        )
+        raise ArgumentError(_leave_one_out_elsewhere(layout, cfg.eval.warm_preset))
 
 
 def require_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Path:
     """The directory of `split`'s trained retriever (or `retriever_dir`), without loading it; a
-    missing one is an ArtifactError naming it and the command that trains it."""
+    missing one is an ArtifactError naming it and the command that trains it, or, where the
+    pipeline ran the leave-one-out part in WORKDIR/loo, that directory (the callers that hold
+    no config: serve, train-draft, bench-decode)."""
     rdir = layout.retriever(split) if retriever_dir is None else Path(retriever_dir)
     warm = layout.warm_run
     if retriever_dir is None and split.kind == "loo" and not rdir.exists() and warm.config.exists():
-        raise ArtifactError(
-            f"{rdir} is missing: this run's leave-one-out part is the work directory {warm.root} "
-            f"(eval.warm_preset); pass --workdir {warm.root}"
-        )
+        try:
+            preset = json.loads(warm.config.read_text())["name"]
+        except (OSError, ValueError, KeyError, TypeError):
+            preset = "?"
+        raise ArtifactError(_leave_one_out_elsewhere(layout, preset))
     command = split.train_command(layout.root)
     layout.require(rdir / MODEL_FILE, command)
     layout.require(rdir / CHECKPOINTS_DIR, command)

@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="count and report malformed lines instead of failing on the first",
     )
+    parser.add_argument("--no-progress", action="store_true", help="hide TFDS's progress bars")
     common.add_workdir_arg(parser)
     common.add_config_args(parser)
 
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         args.overrides = [*args.overrides, "data.skip_bad_lines=true"]
     layout = common.layout_of(args)
     cfg = common.resolve_config(args, layout, dataset_args=True)
-    written = stages.prepare(cfg, layout)
+    written = stages.prepare(cfg, layout, progress=not args.no_progress)
     stages.save_config(cfg, layout)
     print(json.dumps(written.summary))
     return 0

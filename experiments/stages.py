@@ -62,9 +62,9 @@ def raw_dir_of(cfg: Config, layout: RunLayout) -> Path:
     raise ArgumentError(f"--raw-dir: required with --dataset {data.dataset}")
 
 
-def prepare(cfg: Config, layout: RunLayout) -> Written:
+def prepare(cfg: Config, layout: RunLayout, *, progress: bool = True) -> Written:
     """Raw files -> the prepared dataset (reused while the raw files and data config match)."""
-    out = prepared.prepare(cfg.data, raw_dir_of(cfg, layout), layout.prepared)
+    out = prepared.prepare(cfg.data, raw_dir_of(cfg, layout), layout.prepared, progress=progress)
     summary = json.loads((out / "report.json").read_text())
     return Written((out,), {"prepared": str(out), **summary})
 

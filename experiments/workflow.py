@@ -139,12 +139,12 @@ def run_pipeline(
     """Prepares (self-caching), runs the stages that are out of date, writes the report."""
     start = time.perf_counter()
     log("[prepare] running (reuses the prepared dataset when inputs are unchanged)")
-    stages.prepare(cfg, layout)
+    stages.prepare(cfg, layout, progress=progress)
     stages.save_config(cfg, layout)
     if cfg.eval.warm and cfg.eval.warm_preset:
         warm_cfg, warm = warm_run_config(cfg), layout.warm_run
         log(f"[prepare] the leave-one-out part: {warm_cfg.name} in {warm.root}")
-        stages.prepare(warm_cfg, warm)
+        stages.prepare(warm_cfg, warm, progress=progress)
         stages.save_config(warm_cfg, warm)
     ledger.run_stages(
         build_stages(cfg, layout, progress=progress),

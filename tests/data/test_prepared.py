@@ -36,6 +36,17 @@ def test_round_trip_matches_reader(tiny_raw, tmp_path):
     assert got.report["duplicates_removed"] == 1
 
 
+@pytest.mark.parametrize("progress", [True, False])
+def test_progress_switch_hides_tfds_bars_and_restores_the_global(tiny_raw, tmp_path, capfd, progress):
+    from tensorflow_datasets.core.utils import tqdm_utils
+
+    before = tqdm_utils._active
+    prepared.prepare(CFG, tiny_raw, tmp_path / "prepared", progress=progress)
+    err = capfd.readouterr().err
+    assert ("Generating splits" in err) == (progress and before)
+    assert tqdm_utils._active == before
+
+
 def test_reused_until_raw_content_or_config_changes(tiny_raw, tmp_path):
     out = tmp_path / "prepared"
     prepared.prepare(CFG, tiny_raw, out)
