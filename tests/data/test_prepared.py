@@ -37,7 +37,7 @@ def test_round_trip_matches_reader(tiny_raw, tmp_path):
 
 
 @pytest.mark.parametrize("progress", [True, False])
-def test_progress_switch_hides_tfds_bars_and_restores_the_global(tiny_raw, tmp_path, capfd, progress):
+def test_progress_switch_hides_tfds_bars_and_restores_it(tiny_raw, tmp_path, capfd, progress):
     from tensorflow_datasets.core.utils import tqdm_utils
 
     before = tqdm_utils._active
