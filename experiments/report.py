@@ -145,8 +145,28 @@ def plot_cold_start(results: list[dict], out_dir: Path) -> list[Path]:
     return written
 
 
-def _run_section(cfg: Config, layout: RunLayout) -> list[str]:
-    """Which preset, dataset and config made these numbers."""
+def _environment_lines(results: dict[str, dict]) -> list[str]:
+    """One line per distinct environment the results were computed in (data.environment),
+    naming the results of each when there is more than one; results from before environments
+    were recorded are left out."""
+    groups: dict[str, tuple[dict, list[str]]] = {}
+    for name, r in results.items():
+        env = r.get("environment")
+        if isinstance(env, dict):
+            groups.setdefault(json.dumps(env, sort_keys=True), (env, []))[1].append(name)
+    lines = []
+    for env, names in groups.values():
+        pkgs = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items() if v)
+        where = f" ({', '.join(names)})" if len(groups) > 1 else ""
+        lines.append(
+            f"- Environment{where}: {pkgs}; Python {env.get('python')}; {env.get('cpu')} "
+            f"x {env.get('cpu_count')}."
+        )
+    return lines
+
+
+def _run_section(cfg: Config, layout: RunLayout, results: dict[str, dict]) -> list[str]:
+    """Which preset, dataset, config and environment made these numbers."""
     data = cfg.data
     dataset = data.dataset + (f" (category {data.category})" if data.category else "")
     paper = paper_dataset(data)
@@ -160,6 +180,7 @@ def _run_section(cfg: Config, layout: RunLayout) -> list[str]:
             if paper
             else "nowhere: the papers did not measure this dataset."
         ),
+        *_environment_lines(results),
         "",
         "<details><summary>config</summary>\n",
         "```json",
@@ -173,7 +194,9 @@ def write_report(cfg: Config, layout: RunLayout) -> list[Path]:
     """Collects the results files into results/report.md (+ PNGs); returns the paths written."""
     results_dir = layout.results
     paper = paper_dataset(cfg.data)
-    cold = [json.loads(p.read_text()) for p in sorted(results_dir.glob("cold_start_*.json"))]
+    cold_paths = sorted(results_dir.glob("cold_start_*.json"))
+    cold = [json.loads(p.read_text()) for p in cold_paths]
+    results = {p.name: r for p, r in zip(cold_paths, cold, strict=True)}
     # The papers' numbers only beside the datasets they were measured on.
     for r in cold:
         r["dataset"] = paper or cfg.data.dataset
@@ -199,10 +222,13 @@ def write_report(cfg: Config, layout: RunLayout) -> list[Path]:
         parts.append("")
     if layout.warm_result.exists():
         warm = json.loads(layout.warm_result.read_text())
+        results[layout.warm_result.name] = warm
         warm["dataset"] = paper or cfg.data.dataset
         if layout.sasrec_result.exists():  # the ID-based baseline, same split, full ranking
-            warm["methods"].update(json.loads(layout.sasrec_result.read_text())["methods"])
+            sasrec = json.loads(layout.sasrec_result.read_text())
+            results[layout.sasrec_result.name] = sasrec
+            warm["methods"].update(sasrec["methods"])
         parts += ["## Leave-one-out (TIGER benchmark)\n", warm_table(warm), ""]
-    parts += _run_section(cfg, layout)
+    parts += _run_section(cfg, layout, results)
     atomic.write_text(layout.report, "\n".join(parts) + "\n")
     return [layout.report, *written]

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 
 from data import atomic
+from data.environment import environment
 from data.errors import ArgumentError, ArtifactError
 from data.splits import (
     ColdStartSplit,
@@ -229,6 +230,7 @@ def evaluate_cold_baselines(
         **_cold_header(cfg, split, len(targets), validation),
         "methods": _model_free(cfg, layout, ds, split, targets),
     }
+    result["environment"] = environment()
     atomic.write_json(layout.cold_baselines_result(fraction, validation=validation), result)
     return result
 
@@ -296,6 +298,7 @@ def evaluate_cold_start(
         "static_index_build_seconds": build_seconds,
         "static_index_bytes": int(index.nbytes()["total"]),
     }
+    result["environment"] = environment()
     atomic.write_json(layout.cold_start_result(fraction, validation=validation), result)
     return result
 
@@ -377,5 +380,6 @@ def evaluate_warm(
             "prior_weight": cfg.eval.warm_prior_weight,
             "prior_levels": cfg.eval.warm_prior_levels,
         }
+    result["environment"] = environment()
     atomic.write_json(layout.validation_warm_result if validation else layout.warm_result, result)
     return result

@@ -15,6 +15,7 @@ import numpy as np
 import rqvae
 from data import atomic, prepared
 from data.config import amazon_category
+from data.environment import environment
 from data.errors import ArgumentError, ArtifactError
 from data.types import Histories
 from experiments import config as config_lib
@@ -212,6 +213,7 @@ def sasrec(cfg: Config, layout: RunLayout, *, progress: bool = True) -> Written:
         },
         "train": summary,
         "seed": seq.seed,
+        "environment": environment(),
     }
     atomic.write_json(layout.sasrec_result, result)
     return Written((layout.sasrec_result,), result)

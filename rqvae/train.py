@@ -326,6 +326,7 @@ def train_and_evaluate(
     (resumed from on the next call with the same inputs).
     """
     from data import atomic
+    from data.environment import environment
     from rqvae import sids
 
     out_dir = Path(out_dir)
@@ -379,5 +380,5 @@ def train_and_evaluate(
     atomic.write_text(out_dir / sids.ASINS_FILE, "".join(f"{a}\n" for a in asins))
     atomic.save_npy(out_dir / sids.SIDS_FILE, final)
     atomic.write_json(out_dir / "config.json", json_config(cfg))
-    atomic.write_json(out_dir / "metrics.json", metrics)
+    atomic.write_json(out_dir / "metrics.json", {**metrics, "environment": environment()})
     return metrics

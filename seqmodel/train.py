@@ -17,6 +17,7 @@ from jaxtyping import Array, Float
 from tqdm.auto import tqdm
 
 from data import atomic
+from data.environment import differences, environment
 from data.examples import RetrieverData
 from data.fingerprint import fingerprint
 from data.pipeline import (
@@ -194,10 +195,29 @@ def start_or_resume(
     step = int(jax.device_get(state.step))
     metrics_path = workdir / METRICS_FILE
     rows = read_metrics(metrics_path, step)
+    # The environments this run has trained in, oldest first: a resume under other library
+    # versions is said in one line, since its numbers need not equal a run made in one go.
+    envs = _environments(path) if step else []
+    now = environment()
+    if envs and (changed := differences(envs[-1], now)) and lead:
+        tqdm.write(
+            f"{workdir}: resuming in another environment than step {step} was trained in "
+            f"({'; '.join(changed)}); the result may differ from an uninterrupted run's"
+        )
+    if not envs or envs[-1] != now:
+        envs = [*envs, now]
     if lead:
-        atomic.write_json(path, info)
+        atomic.write_json(path, {**info, "environments": envs})
         atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
     return ckpts, state, progress, step
+
+
+def _environments(info_path: Path) -> list[dict]:
+    try:
+        envs = json.loads(info_path.read_text()).get("environments", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return envs if isinstance(envs, list) else []
 
 
 def read_metrics(path: Path, upto_step: int | None = None) -> list[dict]:
@@ -342,6 +362,7 @@ def train_and_evaluate(
         "train_seconds_this_run": train_seconds,
         "tokens_per_s_this_run": tokens_seen / max(train_seconds, 1e-9),
         "devices": int(mesh.devices.size),
+        "environment": environment(),
     }
     if lead:
         atomic.write_json(workdir / SUMMARY_FILE, summary)

@@ -85,3 +85,26 @@ def test_report_shows_paper_numbers_only_for_their_datasets_and_names_the_preset
     assert ("4.29" in text) == paper_shown  # STATIC's Beauty 2% Recall@1
     assert ("TIGER (paper)" in text) == paper_shown
     assert "Preset: `tiny`" in text and '"dataset": "' + data["dataset"] + '"' in text
+
+
+def test_report_names_the_environment_once_or_per_result_when_they_differ(tmp_path):
+    from data.environment import environment
+
+    cfg = config_lib.load_preset("tiny")
+    layout = RunLayout(tmp_path)
+    _write_results(layout, "synthetic")
+    report.write_report(cfg, layout)
+    assert "Environment" not in layout.report.read_text()  # results from before the records
+    env = environment()
+    for path in (layout.cold_start_result(0.02), layout.warm_result):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "environment": env}))
+    report.write_report(cfg, layout)
+    lines = [x for x in layout.report.read_text().splitlines() if x.startswith("- Environment")]
+    assert lines == [lines[0]] and f"jax {env['packages']['jax']}" in lines[0], lines
+    other = {**env, "packages": {**env["packages"], "jax": "0.0.1"}}
+    warm = json.loads(layout.warm_result.read_text())
+    layout.warm_result.write_text(json.dumps({**warm, "environment": other}))
+    report.write_report(cfg, layout)
+    lines = [x for x in layout.report.read_text().splitlines() if x.startswith("- Environment")]
+    assert len(lines) == 2 and "cold_start_0.02.json" in lines[0] and "warm.json" in lines[1]
+    assert "jax 0.0.1" in lines[1] and "jax 0.0.1" not in lines[0]

@@ -101,6 +101,27 @@ def test_resume_after_two_steps_equals_uninterrupted_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_resume_in_another_environment_is_said_and_recorded(tmp_path, capsys):
+    data = _data()
+    train_and_evaluate(CFG, tmp_path, data, stop_after=2, show_progress=False)
+    info_path = tmp_path / "retriever.json"
+    info = json.loads(info_path.read_text())
+    (now,) = info["environments"]
+    assert now["packages"]["jax"] == jax.__version__
+    assert train_and_evaluate(CFG, tmp_path, data, stop_after=3, show_progress=False)
+    assert len(json.loads(info_path.read_text())["environments"]) == 1  # same one: no line
+    assert "another environment" not in str(capsys.readouterr())
+    # As if the first steps had run under another jax.
+    old = {**now, "packages": {**now["packages"], "jax": "0.0.1"}}
+    info_path.write_text(json.dumps({**info, "environments": [old]}))
+    result = train_and_evaluate(CFG, tmp_path, data, show_progress=False)
+    assert result.summary["steps"] == 4 and result.summary["environment"] == now
+    said = capsys.readouterr().out  # tqdm.write: beside the progress bar
+    assert f"jax: 0.0.1 -> {jax.__version__}" in said and "step 3" in said, said
+    assert json.loads(info_path.read_text())["environments"] == [old, now]
+
+
+@pytest.mark.slow
 def test_changed_inputs_start_over_instead_of_resuming(tmp_path):
     data = _data()
     train_and_evaluate(CFG, tmp_path, data, stop_after=2, show_progress=False)

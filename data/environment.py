@@ -1,0 +1,70 @@
+"""What a number was computed with: the versions of the libraries whose arithmetic it depends on,
+the interpreter, the processor. Written beside every training summary and evaluation result, so a
+run that does not reproduce "to the digit" can be told apart from one made elsewhere."""
+
+import functools
+import importlib.metadata
+import os
+import platform
+
+# The distributions whose code computes or orders the numbers we report.
+PACKAGES = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "orbax-checkpoint",
+    "numpy",
+    "scipy",
+    "scikit-learn",
+    "tensorflow-datasets",
+    "grain",
+    "genret",
+)
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@functools.cache
+def environment() -> dict:
+    """Package versions (None for one not installed), Python, OS, processor and its core count."""
+    return {
+        "packages": {name: _version(name) for name in PACKAGES},
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def differences(a: dict | None, b: dict | None) -> list[str]:
+    """What differs between two environment records, one 'field: a -> b' line each; an absent
+    record (a result written before environments were recorded) differs in nothing it can name."""
+    if not a or not b:
+        return []
+    out = []
+    for name in sorted(set(a.get("packages", {})) | set(b.get("packages", {}))):
+        va, vb = a.get("packages", {}).get(name), b.get("packages", {}).get(name)
+        if va != vb:
+            out.append(f"{name}: {va} -> {vb}")
+    for key in ("python", "platform", "cpu", "cpu_count"):
+        if a.get(key) != b.get(key):
+            out.append(f"{key}: {a.get(key)} -> {b.get(key)}")
+    return out

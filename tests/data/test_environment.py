@@ -1,0 +1,28 @@
+"""Tests of data/environment.py: what a result records about the software that computed it."""
+
+import importlib.metadata
+
+import jax
+import numpy as np
+
+from data.environment import differences, environment
+
+
+def test_environment_names_the_installed_versions():
+    env = environment()
+    assert env["packages"]["jax"] == jax.__version__
+    assert env["packages"]["numpy"] == np.__version__
+    assert env["packages"]["genret"] == importlib.metadata.version("genret")
+    assert env["cpu_count"] >= 1 and env["cpu"] and env["python"].count(".") == 2
+
+
+def test_differences_name_each_changed_field_and_nothing_else():
+    a = environment()
+    assert differences(a, a) == []
+    b = {**a, "packages": {**a["packages"], "jaxlib": "9.9", "grain": None}, "cpu_count": 99}
+    assert differences(a, b) == [
+        f"grain: {a['packages']['grain']} -> None",
+        f"jaxlib: {a['packages']['jaxlib']} -> 9.9",
+        f"cpu_count: {a['cpu_count']} -> 99",
+    ]
+    assert differences(None, a) == differences(a, {}) == []
