@@ -4,9 +4,9 @@ and TIGER's leave-one-out as the `beauty_item_cf` preset in WORKDIR/loo (`eval.w
 Command: `genret pipeline --dataset beauty --workdir runs/beauty` (results/cold_start_*.json,
 results/warm.json copied from runs/beauty/loo, results/report.md).
 Cold-start retriever alone: `genret train-retriever --workdir runs/beauty --cold-start 0.02`.
-Test STATIC Recall@1, seed 0, from an empty work directory: 2.39% at 2%, 2.35% at 5% (session 12;
-session 4's code gives the same 2.39% at 2%; its recorded 3.42% / 1.83% run is not reproducible
-from empty, docs/RESULTS.md). Leave-one-out: `beauty_item_cf`'s.
+Test STATIC Recall@1, seed 0, from an empty work directory: 2.39% at 2%, 2.35% at 5% (sessions 12
+and 13, equal to the digit; session 4's code gives the same 2.39% at 2%; its recorded 3.42% /
+1.83% run is not reproducible from empty, docs/RESULTS.md). Leave-one-out: `beauty_item_cf`'s.
 """
 
 import dataclasses
