@@ -27,6 +27,7 @@ from decoding.live import (
     set_membership,
     set_times,
 )
+from decoding.prefix_prior import PrefixPrior, PrefixTable
 from decoding.scoring import LevelScoring, prefix_log_prior, prior_correction
 from decoding.static_index import Capacity, StaticIndex
 
@@ -52,6 +53,8 @@ __all__ = [
     "LiveIndex",
     "PPVApprox",
     "PPVExact",
+    "PrefixPrior",
+    "PrefixTable",
     "SortedKeys",
     "StaticConstraint",
     "StaticIndex",

@@ -14,6 +14,43 @@ from rqvae.cooc import cooccurrence_counts, training_sequences
 CONTENT_RECENT = 3  # the user's last items whose mean embedding is the query
 
 
+def content_queries(
+    emb: Float[np.ndarray, "N E"], histories: Histories, *, recent: int = CONTENT_RECENT
+) -> tuple[Float[np.ndarray, "N E"], Float[np.ndarray, "U E"]]:
+    """(unit item embeddings, each history's query): the mean of the unit embeddings of the
+    history's last `recent` items."""
+    if recent < 1:
+        raise ValueError(f"recent must be >= 1, got {recent}")
+    unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    lengths = histories.lengths()
+    if (lengths < 1).any():
+        raise ValueError("content baseline: every history needs at least one item")
+    # Mean of each user's last `recent` unit embeddings, via a ragged sum over the CSR layout.
+    take = np.minimum(lengths, recent)
+    ends = histories.offsets[1:]
+    rows = np.repeat(np.arange(len(histories)), take)
+    pos = np.repeat(ends - take, take) + (
+        np.arange(take.sum()) - np.repeat(np.cumsum(take) - take, take)
+    )
+    query_UE = np.zeros((len(histories), emb.shape[1]), np.float64)
+    np.add.at(query_UE, rows, unit[histories.items[pos]])
+    query_UE /= take[:, None]
+    return unit, query_UE
+
+
+def content_similarities(
+    emb: Float[np.ndarray, "N E"],
+    histories: Histories,
+    candidates: Int[np.ndarray, " C"],
+    *,
+    recent: int = CONTENT_RECENT,
+) -> Float[np.ndarray, "U C"]:
+    """The content neighbour's scores: cosine of each candidate's embedding with each history's
+    query (`content_queries`), in the candidates' order."""
+    unit, query_UE = content_queries(emb, histories, recent=recent)
+    return (query_UE @ unit[np.asarray(candidates)].T).astype(np.float32)
+
+
 def content_ranking(
     emb: Float[np.ndarray, "N E"],
     histories: Histories,
@@ -28,24 +65,11 @@ def content_ranking(
 
     Ties rank the lower catalog index first, so the result does not depend on numpy's sort.
     """
-    if recent < 1 or k < 1:
-        raise ValueError(f"recent and k must be >= 1, got {recent} and {k}")
-    unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    unit, query_UE = content_queries(emb, histories, recent=recent)
     cand = np.asarray(candidates)
     cand_CE = unit[cand]
-    lengths = histories.lengths()
-    if (lengths < 1).any():
-        raise ValueError("content_ranking: every history needs at least one item")
-    # Mean of each user's last `recent` unit embeddings, via a ragged sum over the CSR layout.
-    take = np.minimum(lengths, recent)
-    ends = histories.offsets[1:]
-    rows = np.repeat(np.arange(len(histories)), take)
-    pos = np.repeat(ends - take, take) + (
-        np.arange(take.sum()) - np.repeat(np.cumsum(take) - take, take)
-    )
-    query_UE = np.zeros((len(histories), emb.shape[1]), np.float64)
-    np.add.at(query_UE, rows, unit[histories.items[pos]])
-    query_UE /= take[:, None]
     out = np.full((len(histories), k), -1, np.int64)
     kk = min(k, len(cand))
     order_by_index = np.argsort(cand, kind="stable")

@@ -29,6 +29,12 @@ class EvalConfig:
     # level's log-prob (empty: 1 at every level). Plain STATIC is also reported when either is set.
     cold_prior_weight: float = 0.0
     cold_level_weights: tuple[float, ...] = ()
+    # The content prior in STATIC's cold-start beams (decoding.prefix_prior; method
+    # `static_content`): each user's softmax over the cold items of the content neighbour's
+    # cosines / cold_content_temperature, entering the beam scores level by level, this many times.
+    # 0: off (the method is not run).
+    cold_content_weight: float = 0.0
+    cold_content_temperature: float = 0.05
     # Leave-one-out beam scores (eval-warm): the joint log-probability minus this multiple of the
     # training log prior of the first `warm_prior_levels` codes, a popularity correction for a
     # retriever that under-ranks rarely bought items. Plain STATIC is also reported when set.
@@ -144,6 +150,11 @@ def validate(cfg: Config) -> Config:
         raise ArgumentError(
             f"eval.cold_level_weights: {len(weights)} weights for {levels} SID levels"
         )
+    w, t = cfg.eval.cold_content_weight, cfg.eval.cold_content_temperature
+    if not (math.isfinite(w) and w >= 0):
+        raise ArgumentError(f"eval.cold_content_weight={w}: must be finite and >= 0 (0: off)")
+    if not (math.isfinite(t) and t > 0):
+        raise ArgumentError(f"eval.cold_content_temperature={t}: must be finite and > 0")
     if not 1 <= cfg.eval.warm_prior_levels <= levels:
         raise ArgumentError(
             f"eval.warm_prior_levels={cfg.eval.warm_prior_levels}: must be in [1, {levels}] "

@@ -35,23 +35,37 @@ def decode_interleaved(
     batch_size: int,
     desc: str = "decoding",
     progress: bool = True,
+    row_inputs: dict[str, np.ndarray] | None = None,
 ) -> dict[str, Decoded]:
     """Runs every method on each batch in turn, so their latencies share the machine's state.
 
     The last batch is padded by repeating its final row (one compiled shape), then trimmed.
     Each method gets one untimed warm-up call (compilation) before the timed batches.
+    `row_inputs[name]` [U, ...]: a second per-user argument of that method, batched the same way.
     """
     U = len(inputs)
     if U == 0:
         raise ValueError("no users to decode")
-    batches = list(padded_batches(inputs, batch_size=batch_size))
-    for fn in methods.values():
-        jax.block_until_ready(fn(batches[0]))
+    extra = dict(row_inputs or {})
+    if unknown := set(extra) - set(methods):
+        raise ValueError(f"row_inputs for unknown methods: {sorted(unknown)}")
+    names = list(extra)
+    batches = list(padded_batches(inputs, *(extra[n] for n in names), batch_size=batch_size))
+    if not names:
+        batches = [(b,) for b in batches]
+
+    def call(name: str, fn: DecodeBatch, batch: tuple):
+        if name in extra:
+            return fn(batch[0], batch[1 + names.index(name)])
+        return fn(batch[0])
+
+    for name, fn in methods.items():
+        jax.block_until_ready(call(name, fn, batches[0]))
     out = {name: ([], [], [], []) for name in methods}
     for batch in tqdm(batches, desc=desc, unit="batch", leave=False, disable=not progress):
         for name, fn in methods.items():
             start = time.perf_counter()
-            res = jax.block_until_ready(fn(batch))
+            res = jax.block_until_ready(call(name, fn, batch))
             elapsed = time.perf_counter() - start
             tokens, scores, valid = jax.device_get((res.tokens, res.scores, res.valid))
             acc = out[name]

@@ -35,8 +35,11 @@ METHODS = ("unconstrained", "random", "static")
 PLAIN = "static_plain"
 
 
-# Reported where every result has it: the content nearest neighbour (no model), and plain STATIC.
-OPTIONAL = ("content", PLAIN)
+# STATIC with the content prior in its beam scores (eval.cold_content_weight).
+CONTENT_PRIOR = "static_content"
+# Reported where every result has it: the content nearest neighbour (no model), plain STATIC, and
+# STATIC with the content prior.
+OPTIONAL = ("content", PLAIN, CONTENT_PRIOR)
 
 
 def _methods(results: list[dict]) -> tuple[str, ...]:
@@ -49,16 +52,29 @@ def scoring_note(results: list[dict]) -> str:
     for r in sorted(results, key=lambda r: r["cold_start_fraction"]):
         s = r.get("scoring")
         if s and PLAIN in r["methods"]:
-            notes.append(
+            note = (
                 f"{r['cold_start_fraction']:g}: prior weight {s['prior_weight']:g}, "
                 f"level weights {', '.join(f'{w:g}' for w in s['level_weights'])}"
             )
+            if CONTENT_PRIOR in r["methods"] and "content_weight" in s:
+                note += (
+                    f", content prior weight {s['content_weight']:g} at temperature "
+                    f"{s['content_temperature']:g}"
+                )
+            notes.append(note)
     if not notes:
         return ""
+    prior = ""
+    if any(CONTENT_PRIOR in r["methods"] for r in results):
+        prior = (
+            f"; `{CONTENT_PRIOR}` is `static` plus the content neighbour's softmax over the cold "
+            "items, entered level by level (eval.cold_content_weight, "
+            "eval.cold_content_temperature)"
+        )
     return (
         "Beam scores of `unconstrained` and `static` (eval.cold_prior_weight, "
         f"eval.cold_level_weights): {'; '.join(notes)}. `{PLAIN}` is STATIC ranked by the joint "
-        "log-probability, as in the paper.\n"
+        f"log-probability, as in the paper{prior}.\n"
     )
 
 

@@ -2,7 +2,7 @@
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import jax
@@ -22,6 +22,7 @@ from data.splits import (
 from data.types import Histories, InteractionData
 from decoding import (
     LevelScoring,
+    PrefixTable,
     StaticConstraint,
     StaticIndex,
     Unconstrained,
@@ -36,11 +37,17 @@ from experiments.artifacts import (
     require_retriever,
     split_examples,
 )
-from experiments.baselines import content_metrics, cooccurrence_metrics
+from experiments.baselines import content_metrics, content_similarities, cooccurrence_metrics
 from experiments.config import Config, EvalConfig
 from experiments.layout import RunLayout, Split
+from experiments.report import CONTENT_PRIOR
 from seqmodel.files import MODEL_FILE
-from seqmodel.inference import ensemble_decoder, read_description, retrieval_fn
+from seqmodel.inference import (
+    ensemble_decoder,
+    prior_retrieval_fn,
+    read_description,
+    retrieval_fn,
+)
 from seqmodel.inference import load_retriever as load_retriever_dir
 from seqmodel.state import Retriever
 from seqmodel.tokens import encode_histories, sid_tokens
@@ -90,17 +97,54 @@ def ensemble_members(
     return members
 
 
-def content_cold_start(
-    cfg: Config, layout: RunLayout, ds: InteractionData, split: ColdStartSplit, k: int
-) -> dict:
-    """The content nearest neighbour over the cold set, for the same evaluated users: item-text
-    embeddings of the tokenizer (cached by the tokenizer stage), no model."""
+def _content_inputs(
+    cfg: Config, layout: RunLayout, ds: InteractionData, split: ColdStartSplit
+) -> tuple[np.ndarray, Histories]:
+    """(item-text embeddings of the tokenizer, cached by its stage; the evaluated users'
+    histories)."""
     from rqvae.embed import embed_texts
 
     emb = embed_texts(ds.catalog.texts, cfg.rqvae, cache_dir=layout.embeddings)
     users = _sample_users(len(split.test_targets), cfg.eval)
-    histories = Histories.from_lists([split.test_histories[int(u)] for u in users])
+    return emb, Histories.from_lists([split.test_histories[int(u)] for u in users])
+
+
+def content_cold_start(
+    cfg: Config, layout: RunLayout, ds: InteractionData, split: ColdStartSplit, k: int
+) -> dict:
+    """The content nearest neighbour over the cold set, for the same evaluated users: item-text
+    embeddings, no model."""
+    emb, histories = _content_inputs(cfg, layout, ds, split)
+    users = _sample_users(len(split.test_targets), cfg.eval)
     return content_metrics(emb, histories, split.test_targets[users], split.cold_items, k=k)
+
+
+def content_prior_method(
+    cfg: Config,
+    layout: RunLayout,
+    ds: InteractionData,
+    split: ColdStartSplit,
+    model: Retriever,
+    index_sids: np.ndarray,
+    constraint: StaticConstraint,
+    scoring: LevelScoring | None,
+) -> tuple[Callable, np.ndarray]:
+    """STATIC with the content prior (eval.cold_content_weight, _temperature): the decode
+    function `(tokens, cosines) -> beams` and the evaluated users' cosines to the cold items
+    [U, C] (in `split.cold_items` order, whose SIDs are `index_sids`)."""
+    emb, histories = _content_inputs(cfg, layout, ds, split)
+    cosines = content_similarities(emb, histories, split.cold_items)
+    table = PrefixTable.build(index_sids, model.space.codebook_size)
+    run = prior_retrieval_fn(
+        model,
+        constraint,
+        table,
+        weight=cfg.eval.cold_content_weight,
+        beam_size=cfg.eval.beam_size,
+        scoring=scoring,
+    )
+    t = cfg.eval.cold_content_temperature
+    return lambda tokens, cos: run(tokens, table.conditional_log_prior(cos / t)), cosines
 
 
 def _prior_scoring(
@@ -268,6 +312,12 @@ def evaluate_cold_start(
     if scoring is not None:
         constraints["static_plain"] = (static, None)
     decoders = _decoders(model, constraints, K)
+    row_inputs = {}
+    if cfg.eval.cold_content_weight:
+        decoders[CONTENT_PRIOR], row_inputs[CONTENT_PRIOR] = content_prior_method(
+            cfg, layout, ds, split, model, sids[split.cold_items], static, scoring
+        )
+        constraints[CONTENT_PRIOR] = (static, scoring)
     decoded = evaluate.decode_interleaved(
         decoders,
         inputs,
@@ -275,6 +325,7 @@ def evaluate_cold_start(
         batch_size=batch_size,
         desc=f"cold {fraction:g}",
         progress=progress,
+        row_inputs=row_inputs,
     )
     cold = split.cold_mask
     methods = {
@@ -287,12 +338,20 @@ def evaluate_cold_start(
         **_cold_header(cfg, split, len(targets), validation),
         "methods": {
             k: methods[k]
-            for k in ("unconstrained", "random", "content", "static", "static_plain")
+            for k in ("unconstrained", "random", "content", "static", "static_plain", CONTENT_PRIOR)
             if k in methods
         },
         "scoring": {
             "prior_weight": cfg.eval.cold_prior_weight,
             "level_weights": list(cfg.eval.cold_level_weights) or [1.0] * L,
+            **(
+                {
+                    "content_weight": cfg.eval.cold_content_weight,
+                    "content_temperature": cfg.eval.cold_content_temperature,
+                }
+                if cfg.eval.cold_content_weight
+                else {}
+            ),
         },
         "static_overhead_ratio_median": float(np.median(overhead)),
         "static_index_build_seconds": build_seconds,

@@ -17,6 +17,9 @@ from seqmodel.config import identity_fields
 # The leave-one-out evaluation does not read the cold-start scoring fields; leaving them out of
 # its key keeps a finished leave-one-out result up to date when only they change.
 _COLD_ONLY_EVAL_FIELDS = ("cold_prior_weight", "cold_level_weights")
+# The content prior (added later): in the cold-start key only while it is on, so results made
+# before it existed, or with it off, stay up to date; never in the leave-one-out key.
+_CONTENT_PRIOR_FIELDS = ("cold_content_weight", "cold_content_temperature")
 # Likewise the cold-start evaluations do not read the leave-one-out scoring fields; they enter the
 # leave-one-out key only when set, so results made before the fields existed stay up to date.
 _WARM_ONLY_EVAL_FIELDS = ("warm_prior_weight", "warm_prior_levels")
@@ -43,10 +46,11 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
     eval_fields = dataclasses.asdict(cfg.eval)
     for name in _LATER_EVAL_FIELDS:
         del eval_fields[name]
-    ev = (
-        {k: v for k, v in eval_fields.items() if k not in _WARM_ONLY_EVAL_FIELDS},
-        dataclasses.asdict(cfg.decode),
-    )
+    content_prior = {name: eval_fields.pop(name) for name in _CONTENT_PRIOR_FIELDS}
+    cold_eval = {k: v for k, v in eval_fields.items() if k not in _WARM_ONLY_EVAL_FIELDS}
+    if cfg.eval.cold_content_weight:
+        cold_eval.update(content_prior)
+    ev = (cold_eval, dataclasses.asdict(cfg.decode))
     warm_eval = {k: v for k, v in eval_fields.items() if k not in _COLD_ONLY_EVAL_FIELDS}
     if not cfg.eval.warm_prior_weight:
         for name in _WARM_ONLY_EVAL_FIELDS:

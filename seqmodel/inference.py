@@ -13,7 +13,7 @@ from jaxtyping import Array, Int, PyTree
 
 from data.errors import ArtifactError
 from data.pipeline import padded_batches
-from decoding import BeamResult, Constraint, LevelScoring, beam_search
+from decoding import BeamResult, Constraint, LevelScoring, PrefixPrior, PrefixTable, beam_search
 from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import SeqModelConfig
@@ -42,6 +42,36 @@ def decode(
         num_levels=model.space.num_levels,
         scoring=scoring,
     )
+
+
+def prior_retrieval_fn(
+    model: Retriever,
+    constraint: Constraint,
+    table: PrefixTable,
+    *,
+    weight: float,
+    beam_size: int,
+    scoring: LevelScoring | None = None,
+) -> Callable[[np.ndarray, np.ndarray], BeamResult]:
+    """`retrieval_fn` with a per-row prior over the items of `table` (decoding.prefix_prior): a
+    jitted `(tokens [B, T], bias [B, P]) -> BeamResult`, where bias holds each row's
+    log p(node | parent) (`PrefixTable.conditional_log_prior`), added `weight` times."""
+    graphdef, params = nnx.split(model)
+    params, constraint, scoring = jax.device_put((params, constraint, scoring))
+    child, w = jax.device_put((table.child, np.float32(weight)))
+
+    def one(p, c, s, child, w, bias, t):
+        return decode(graphdef, p, t, PrefixPrior(c, child, bias, w), beam_size, s)
+
+    fn = jax.jit(one)
+
+    def run(tokens: np.ndarray, bias: np.ndarray) -> BeamResult:
+        if np.shape(bias) != (len(tokens), table.num_nodes):
+            want = (len(tokens), table.num_nodes)
+            raise ValueError(f"bias: expected {list(want)}, got {list(np.shape(bias))}")
+        return fn(params, constraint, scoring, child, w, np.asarray(bias, np.float32), tokens)
+
+    return run
 
 
 def recall_at_k(

@@ -152,3 +152,74 @@ def test_diagnose_agrees_with_the_validation_evaluation(workdir):
     for a, b in zip(levels, levels[1:], strict=False):
         assert b["users_reaching"] == round(a["users_reaching"] * a["accuracy_given_prefix"])
     assert all(1.0 <= r["mean_allowed_codes"] <= out["num_cold_items"] for r in levels)
+
+
+@pytest.mark.slow
+def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbour(workdir):
+    from data.splits import cold_start_split
+    from decoding import StaticConstraint, StaticIndex
+    from experiments.artifacts import load_retriever
+    from experiments.baselines import content_ranking
+    from experiments.layout import RunLayout, Split
+    from experiments.retrieval_eval import (
+        _content_inputs,
+        cold_scoring,
+        content_prior_method,
+        evaluated_inputs,
+        load_inputs,
+    )
+
+    w = str(workdir)
+    if not (workdir / "retriever_cold_0.05" / "train_summary.json").exists():
+        train = ["train-retriever", "--workdir", w, "--cold-start", "0.05", "--no-progress"]
+        assert cli.main([*train, *TRAIN_FAST]) == 0
+    argv = ["eval-cold-start", "--workdir", w, "--cold-start", "0.05"]
+    on = ["--set", "eval.cold_content_weight=4", "--set", "eval.cold_content_temperature=0.1"]
+    off = ["--set", "eval.cold_content_weight=0"]
+    try:
+        assert cli.main([*argv, *on]) == 0
+        res = json.loads((workdir / "results" / "cold_start_0.05.json").read_text())
+        m = res["methods"]["static_content"]
+        assert m["cold_rate"] == 1.0 and m["valid_rate"] == 1.0
+        assert (
+            res["scoring"]["content_weight"] == 4 and res["scoring"]["content_temperature"] == 0.1
+        )
+    finally:  # later tests in this module expect no content prior
+        assert cli.main([*argv, *off]) == 0
+    assert (
+        "static_content"
+        not in json.loads((workdir / "results" / "cold_start_0.05.json").read_text())["methods"]
+    )
+
+    # A prior far stronger than the model: the first beam is the content neighbour's first item
+    # for every user whose best cosine is unique.
+    layout = RunLayout(workdir)
+    cfg = config.load_json(layout.config)
+    cfg = config.apply_overrides(cfg, ["eval.cold_content_weight=1000"])
+    cfg = config.apply_overrides(cfg, ["eval.cold_content_temperature=0.001"])
+    ds, sids = load_inputs(cfg, layout)
+    split = cold_start_split(ds, 0.05)
+    model = load_retriever(layout, Split("cold", 0.05))
+    V = model.space.codebook_size
+    _, inputs = evaluated_inputs(
+        model, sids, split, cfg.eval, layout.retriever(Split("cold", 0.05))
+    )
+    static = StaticConstraint(StaticIndex.build(sids[split.cold_items], vocab_size=V))
+    fn, cosines = content_prior_method(
+        cfg,
+        layout,
+        ds,
+        split,
+        model,
+        sids[split.cold_items],
+        static,
+        cold_scoring(cfg.eval, split.train, sids, V),
+    )
+    res = fn(inputs[:32], cosines[:32])
+    first = np.asarray(res.tokens)[:, 0]
+    emb, histories = _content_inputs(cfg, layout, ds, split)
+    want = content_ranking(emb, histories, split.cold_items, k=1)[:32, 0]
+    top2 = np.sort(cosines[:32], axis=1)[:, -2:]
+    unique = top2[:, 1] - top2[:, 0] > 1e-4
+    assert unique.sum() >= 10
+    np.testing.assert_array_equal(first[unique], sids[want[unique]])

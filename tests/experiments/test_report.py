@@ -54,6 +54,23 @@ def test_plain_static_row_and_scoring_note_when_scored():
     assert "static_plain" not in report.cold_start_table([_result("test")])
 
 
+def test_content_prior_row_and_its_settings_in_the_note():
+    res = _result("test")
+    res["methods"]["static_plain"] = res["methods"]["static"]
+    res["methods"]["static_content"] = {**res["methods"]["static"], "recall@1": 0.061}
+    res["scoring"] = {
+        "prior_weight": 0.5,
+        "level_weights": [1.0, 1.0, 0.25, 0.25],
+        "content_weight": 4.0,
+        "content_temperature": 0.1,
+    }
+    row = next(x for x in report.cold_start_table([res]).splitlines() if "| static_content |" in x)
+    assert row.split("|")[3].strip() == "6.10"
+    note = report.scoring_note([res])
+    assert "content prior weight 4 at temperature 0.1" in note and "`static_content` is" in note
+    assert "static_content" not in report.scoring_note([_result("test")])
+
+
 def _write_results(layout, dataset):
     layout.results.mkdir(parents=True)
     res = _result("test")
