@@ -38,19 +38,6 @@ def content_queries(
     return unit, query_UE
 
 
-def content_similarities(
-    emb: Float[np.ndarray, "N E"],
-    histories: Histories,
-    candidates: Int[np.ndarray, " C"],
-    *,
-    recent: int = CONTENT_RECENT,
-) -> Float[np.ndarray, "U C"]:
-    """The content neighbour's scores: cosine of each candidate's embedding with each history's
-    query (`content_queries`), in the candidates' order."""
-    unit, query_UE = content_queries(emb, histories, recent=recent)
-    return (query_UE @ unit[np.asarray(candidates)].T).astype(np.float32)
-
-
 def content_ranking(
     emb: Float[np.ndarray, "N E"],
     histories: Histories,

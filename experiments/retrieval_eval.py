@@ -37,7 +37,7 @@ from experiments.artifacts import (
     require_retriever,
     split_examples,
 )
-from experiments.baselines import content_metrics, content_similarities, cooccurrence_metrics
+from experiments.baselines import content_metrics, content_queries, cooccurrence_metrics
 from experiments.config import Config, EvalConfig
 from experiments.layout import RunLayout, Split
 from experiments.report import CONTENT_PRIOR
@@ -130,10 +130,12 @@ def content_prior_method(
     scoring: LevelScoring | None,
 ) -> tuple[Callable, np.ndarray]:
     """STATIC with the content prior (eval.cold_content_weight, _temperature): the decode
-    function `(tokens, cosines) -> beams` and the evaluated users' cosines to the cold items
-    [U, C] (in `split.cold_items` order, whose SIDs are `index_sids`)."""
+    function `(tokens, queries) -> beams` and the evaluated users' content queries [U, E] (the
+    content neighbour's). Each batch's cosines to the cold items (`split.cold_items`, whose SIDs
+    are `index_sids`) are computed with its batch, so memory does not grow with users x items."""
     emb, histories = _content_inputs(cfg, layout, ds, split)
-    cosines = content_similarities(emb, histories, split.cold_items)
+    unit, queries = content_queries(emb, histories)
+    cold_unit = unit[split.cold_items].T
     table = PrefixTable.build(index_sids, model.space.codebook_size)
     run = prior_retrieval_fn(
         model,
@@ -144,7 +146,12 @@ def content_prior_method(
         scoring=scoring,
     )
     t = cfg.eval.cold_content_temperature
-    return lambda tokens, cos: run(tokens, table.conditional_log_prior(cos / t)), cosines
+
+    def decode_batch(tokens: np.ndarray, batch_queries: np.ndarray):
+        cosines = (batch_queries @ cold_unit).astype(np.float32)  # [B, C]
+        return run(tokens, table.conditional_log_prior(cosines / t))
+
+    return decode_batch, queries
 
 
 def _prior_scoring(

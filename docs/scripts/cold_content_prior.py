@@ -72,11 +72,11 @@ def main(workdir: str, fraction: float, weights: list[float], temps: list[float]
                     cfg.eval, cold_content_weight=w, cold_content_temperature=t
                 ),
             )
-            fn, cosines = content_prior_method(
+            fn, queries = content_prior_method(
                 c, layout, ds, split, model, cold_sids, static, scoring
             )
             d = evaluate.decode_interleaved(
-                {"p": fn}, inputs, lookup, batch_size=64, row_inputs={"p": cosines}
+                {"p": fn}, inputs, lookup, batch_size=64, row_inputs={"p": queries}
             )["p"]
             print(
                 f"static_content weight={w:g} temperature={t:g}",

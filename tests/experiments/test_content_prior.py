@@ -11,7 +11,7 @@ from data.types import Histories
 from decoding import BeamResult
 from experiments import config as config_lib
 from experiments import evaluate, metrics
-from experiments.baselines import content_ranking, content_similarities
+from experiments.baselines import content_queries, content_ranking
 from experiments.layout import RunLayout
 from experiments.workflow import build_stages
 
@@ -60,7 +60,8 @@ def test_cosines_rank_as_the_content_baseline_ranks():
     emb = rng.normal(size=(30, 8))
     hist = Histories.from_lists([rng.choice(30, n).tolist() for n in (1, 3, 5, 7)])
     cand = np.array([3, 9, 12, 20, 25, 29])
-    cos = content_similarities(emb, hist, cand)
+    unit_all, query = content_queries(emb, hist)
+    cos = query @ unit_all[cand].T
     assert cos.shape == (4, 6) and np.abs(cos).max() <= 1 + 1e-6
     ranked = content_ranking(emb, hist, cand, k=6)
     np.testing.assert_array_equal(cand[np.argsort(-cos, axis=1, kind="stable")], ranked)

@@ -159,7 +159,7 @@ def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbou
     from data.splits import cold_start_split
     from decoding import StaticConstraint, StaticIndex
     from experiments.artifacts import load_retriever
-    from experiments.baselines import content_ranking
+    from experiments.baselines import content_queries, content_ranking
     from experiments.layout import RunLayout, Split
     from experiments.retrieval_eval import (
         _content_inputs,
@@ -205,7 +205,7 @@ def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbou
         model, sids, split, cfg.eval, layout.retriever(Split("cold", 0.05))
     )
     static = StaticConstraint(StaticIndex.build(sids[split.cold_items], vocab_size=V))
-    fn, cosines = content_prior_method(
+    fn, queries = content_prior_method(
         cfg,
         layout,
         ds,
@@ -215,9 +215,11 @@ def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbou
         static,
         cold_scoring(cfg.eval, split.train, sids, V),
     )
-    res = fn(inputs[:32], cosines[:32])
+    res = fn(inputs[:32], queries[:32])
     first = np.asarray(res.tokens)[:, 0]
     emb, histories = _content_inputs(cfg, layout, ds, split)
+    unit, _ = content_queries(emb, histories)
+    cosines = queries @ unit[split.cold_items].T
     want = content_ranking(emb, histories, split.cold_items, k=1)[:32, 0]
     top2 = np.sort(cosines[:32], axis=1)[:, -2:]
     unique = top2[:, 1] - top2[:, 0] > 1e-4
