@@ -14,10 +14,12 @@ dense child table [P, V] suits item sets of a few thousand SIDs, such as a cold-
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse as sp
 from jaxtyping import Array, Float, Int, PyTree
 
 from decoding.constraints import Candidates, Constraint, Level
@@ -35,6 +37,14 @@ class PrefixTable:
     @property
     def num_nodes(self) -> int:
         return self.child.shape[0]
+
+    @functools.cached_property
+    def _incidence(self) -> sp.csr_matrix:
+        """[N, P] with a 1 where node n is the root or a prefix of item i."""
+        N, L = self.item_nodes.shape
+        cols = np.concatenate([np.zeros((N, 1), np.int64), self.item_nodes], axis=1).reshape(-1)
+        rows = np.repeat(np.arange(N), L + 1)
+        return sp.csr_matrix((np.ones(len(cols)), (rows, cols)), shape=(N, self.num_nodes))
 
     @classmethod
     def build(cls, sids: ArrayInput, vocab_size: int) -> "PrefixTable":
@@ -71,17 +81,16 @@ class PrefixTable:
         self, log_prior: Float[np.ndarray, "B N"], *, floor: float = -1e4
     ) -> Float[np.ndarray, "B P"]:
         """log p(node | parent) per row from log p(item) [B, N] (rows need not be normalised;
-        the root gets 0). A node whose mass underflows gets `floor`, never -inf."""
+        the root gets 0). No value goes below `floor` (a node whose mass underflows gets it,
+        never -inf), so a floor above about -745 also clamps small conditionals."""
         lp = np.asarray(log_prior, np.float64)
         B, N = lp.shape
         if N != self.item_nodes.shape[0]:
             raise ValueError(f"log_prior: expected {self.item_nodes.shape[0]} items, got {N}")
-        # Masses relative to each row's best item keep the sums in range.
+        # Masses relative to each row's best item keep the sums in range; one sparse product
+        # with the item -> node incidence (each item under the root and its L prefixes) sums them.
         p = np.exp(lp - lp.max(axis=1, keepdims=True))
-        mass = np.zeros((B, self.num_nodes))
-        mass[:, 0] = p.sum(axis=1)
-        for level in range(self.item_nodes.shape[1]):
-            np.add.at(mass.T, self.item_nodes[:, level], p.T)
+        mass = np.asarray((self._incidence.T @ p.T).T)
         out = np.zeros_like(mass)
         # An empty parent gives -inf - -inf = nan: both become the floor.
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -49,6 +49,9 @@ def decode_interleaved(
     extra = dict(row_inputs or {})
     if unknown := set(extra) - set(methods):
         raise ValueError(f"row_inputs for unknown methods: {sorted(unknown)}")
+    for name, rows in extra.items():
+        if len(rows) != U:
+            raise ValueError(f"row_inputs[{name!r}]: {len(rows)} rows for {U} users")
     names = list(extra)
     batches = list(padded_batches(inputs, *(extra[n] for n in names), batch_size=batch_size))
     if not names:

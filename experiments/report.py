@@ -50,32 +50,35 @@ def scoring_note(results: list[dict]) -> str:
     """A line naming the cold-start beam scores, or "" for the plain joint log-probability."""
     notes = []
     for r in sorted(results, key=lambda r: r["cold_start_fraction"]):
-        s = r.get("scoring")
-        if s and PLAIN in r["methods"]:
-            note = (
-                f"{r['cold_start_fraction']:g}: prior weight {s['prior_weight']:g}, "
+        s = r.get("scoring") or {}
+        parts = []
+        if PLAIN in r["methods"] and "prior_weight" in s:
+            parts.append(
+                f"prior weight {s['prior_weight']:g}, "
                 f"level weights {', '.join(f'{w:g}' for w in s['level_weights'])}"
             )
-            if CONTENT_PRIOR in r["methods"] and "content_weight" in s:
-                note += (
-                    f", content prior weight {s['content_weight']:g} at temperature "
-                    f"{s['content_temperature']:g}"
-                )
-            notes.append(note)
+        if CONTENT_PRIOR in r["methods"] and "content_weight" in s:
+            parts.append(
+                f"content prior weight {s['content_weight']:g} at temperature "
+                f"{s['content_temperature']:g}"
+            )
+        if parts:
+            notes.append(f"{r['cold_start_fraction']:g}: {', '.join(parts)}")
     if not notes:
         return ""
-    prior = ""
-    if any(CONTENT_PRIOR in r["methods"] for r in results):
-        prior = (
-            f"; `{CONTENT_PRIOR}` is `static` plus the content neighbour's softmax over the cold "
-            "items, entered level by level (eval.cold_content_weight, "
-            "eval.cold_content_temperature)"
-        )
-    return (
+    text = (
         "Beam scores of `unconstrained` and `static` (eval.cold_prior_weight, "
-        f"eval.cold_level_weights): {'; '.join(notes)}. `{PLAIN}` is STATIC ranked by the joint "
-        f"log-probability, as in the paper{prior}.\n"
+        f"eval.cold_level_weights): {'; '.join(notes)}."
     )
+    if any(PLAIN in r["methods"] for r in results):
+        text += f" `{PLAIN}` is STATIC ranked by the joint log-probability, as in the paper."
+    if any(CONTENT_PRIOR in r["methods"] for r in results):
+        text += (
+            f" `{CONTENT_PRIOR}` is `static` plus the content neighbour's softmax over the cold "
+            "items, entered level by level (eval.cold_content_weight, "
+            "eval.cold_content_temperature)."
+        )
+    return text + "\n"
 
 
 def _pct(x) -> str:

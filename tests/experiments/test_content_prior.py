@@ -49,6 +49,14 @@ def test_row_inputs_reach_their_method_batched_and_padded_like_the_tokens():
     batch, r = seen[-1]
     np.testing.assert_array_equal(batch[:, 0], [4, 4])
     np.testing.assert_array_equal(r[:, 0], [0, 0])
+    with pytest.raises(ValueError, match=r"row_inputs\['b'\]: 4 rows for 5 users"):
+        evaluate.decode_interleaved(
+            {"b": with_rows},
+            inputs,
+            metrics.SIDLookup(SIDS, 2),
+            batch_size=2,
+            row_inputs={"b": rows[:4]},
+        )
     with pytest.raises(ValueError, match="unknown methods"):
         evaluate.decode_interleaved(
             {"a": plain}, inputs, metrics.SIDLookup(SIDS, 2), batch_size=2, row_inputs={"x": rows}

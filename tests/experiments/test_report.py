@@ -69,6 +69,12 @@ def test_content_prior_row_and_its_settings_in_the_note():
     note = report.scoring_note([res])
     assert "content prior weight 4 at temperature 0.1" in note and "`static_content` is" in note
     assert "static_content" not in report.scoring_note([_result("test")])
+    # The prior alone (no cold-start beam scores, so no plain row): its settings are still named.
+    alone = _result("test")
+    alone["methods"]["static_content"] = res["methods"]["static_content"]
+    alone["scoring"] = {"content_weight": 2.0, "content_temperature": 0.05}
+    note = report.scoring_note([alone])
+    assert "content prior weight 2 at temperature 0.05" in note and "static_plain" not in note
 
 
 def _write_results(layout, dataset):
