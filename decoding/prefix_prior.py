@@ -38,6 +38,14 @@ class PrefixTable:
     def num_nodes(self) -> int:
         return self.child.shape[0]
 
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raises ValueError unless the table was built for `vocab_size` codes (a constraint's)."""
+        if self.child.shape[1] != vocab_size:
+            raise ValueError(
+                f"prefix table: built for V={self.child.shape[1]}, the constraint has "
+                f"V={vocab_size}"
+            )
+
     @functools.cached_property
     def _incidence(self) -> sp.csr_matrix:
         """[N, P] with a 1 where node n is the root or a prefix of item i."""
@@ -131,11 +139,7 @@ class PrefixPrior(Constraint):
         b = np.asarray(bias, np.float32)
         if b.ndim != 2 or b.shape[1] != table.num_nodes:
             raise ValueError(f"bias: expected [B, {table.num_nodes}], got {b.shape}")
-        if table.child.shape[1] != inner.vocab_size:
-            raise ValueError(
-                f"prefix table: built for V={table.child.shape[1]}, the constraint has "
-                f"V={inner.vocab_size}"
-            )
+        table.check_vocab(inner.vocab_size)
         return cls(inner, jnp.asarray(table.child), jnp.asarray(b), jnp.float32(weight))
 
     def init_state(self, batch_size: int) -> PyTree:

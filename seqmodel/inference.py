@@ -56,11 +56,7 @@ def prior_retrieval_fn(
     """`retrieval_fn` with a per-row prior over the items of `table` (decoding.prefix_prior): a
     jitted `(tokens [B, T], bias [B, P]) -> BeamResult`, where bias holds each row's
     log p(node | parent) (`PrefixTable.conditional_log_prior`), added `weight` times."""
-    if table.child.shape[1] != constraint.vocab_size:
-        raise ValueError(
-            f"prefix table: built for V={table.child.shape[1]}, the constraint has "
-            f"V={constraint.vocab_size}"
-        )
+    table.check_vocab(constraint.vocab_size)
     graphdef, params = nnx.split(model)
     params, constraint, scoring = jax.device_put((params, constraint, scoring))
     child, w = jax.device_put((table.child, np.float32(weight)))
