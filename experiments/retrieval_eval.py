@@ -109,31 +109,21 @@ def _content_inputs(
     return emb, Histories.from_lists([split.test_histories[int(u)] for u in users])
 
 
-def content_cold_start(
-    cfg: Config, layout: RunLayout, ds: InteractionData, split: ColdStartSplit, k: int
-) -> dict:
-    """The content nearest neighbour over the cold set, for the same evaluated users: item-text
-    embeddings, no model."""
-    emb, histories = _content_inputs(cfg, layout, ds, split)
-    users = _sample_users(len(split.test_targets), cfg.eval)
-    return content_metrics(emb, histories, split.test_targets[users], split.cold_items, k=k)
-
-
 def content_prior_method(
     cfg: Config,
-    layout: RunLayout,
-    ds: InteractionData,
     split: ColdStartSplit,
     model: Retriever,
     index_sids: np.ndarray,
     constraint: StaticConstraint,
     scoring: LevelScoring | None,
+    emb: np.ndarray,
+    histories: Histories,
 ) -> tuple[Callable, np.ndarray]:
     """STATIC with the content prior (eval.cold_content_weight, _temperature): the decode
     function `(tokens, queries) -> beams` and the evaluated users' content queries [U, E] (the
-    content neighbour's). Each batch's cosines to the cold items (`split.cold_items`, whose SIDs
-    are `index_sids`) are computed with its batch, so memory does not grow with users x items."""
-    emb, histories = _content_inputs(cfg, layout, ds, split)
+    content neighbour's, from `_content_inputs`). Each batch's cosines to the cold items
+    (`split.cold_items`, whose SIDs are `index_sids`) are computed with its batch, so memory does
+    not grow with users x items."""
     unit, queries = content_queries(emb, histories)
     cold_unit = unit[split.cold_items].T
     table = PrefixTable.build(index_sids, model.space.codebook_size)
@@ -255,15 +245,16 @@ def _cold_header(cfg: Config, split: ColdStartSplit, num_users: int, validation:
 
 
 def _model_free(
-    cfg: Config, layout: RunLayout, ds: InteractionData, split: ColdStartSplit, targets
+    cfg: Config, split: ColdStartSplit, targets, emb: np.ndarray, histories: Histories
 ) -> dict:
-    """Constrained random guessing and the content neighbour, for the evaluated users."""
+    """Constrained random guessing and the content neighbour over the cold set, for the evaluated
+    users (`emb`, `histories`: `_content_inputs`; item-text embeddings, no model)."""
     K = cfg.eval.beam_size
     return {
         "random": evaluate.random_metrics(
             split.cold_items, targets, beam_size=K, seed=cfg.eval.seed
         ),
-        "content": content_cold_start(cfg, layout, ds, split, K),
+        "content": content_metrics(emb, histories, targets, split.cold_items, k=K),
     }
 
 
@@ -279,7 +270,7 @@ def evaluate_cold_baselines(
     targets = split.test_targets[users]
     result = {
         **_cold_header(cfg, split, len(targets), validation),
-        "methods": _model_free(cfg, layout, ds, split, targets),
+        "methods": _model_free(cfg, split, targets, *_content_inputs(cfg, layout, ds, split)),
     }
     result["environment"] = environment()
     atomic.write_json(layout.cold_baselines_result(fraction, validation=validation), result)
@@ -319,12 +310,12 @@ def evaluate_cold_start(
     if scoring is not None:
         constraints["static_plain"] = (static, None)
     decoders = _decoders(model, constraints, K)
+    emb, histories = _content_inputs(cfg, layout, ds, split)
     row_inputs = {}
     if cfg.eval.cold_content_weight:
         decoders[CONTENT_PRIOR], row_inputs[CONTENT_PRIOR] = content_prior_method(
-            cfg, layout, ds, split, model, sids[split.cold_items], static, scoring
+            cfg, split, model, sids[split.cold_items], static, scoring, emb, histories
         )
-        constraints[CONTENT_PRIOR] = (static, scoring)
     decoded = evaluate.decode_interleaved(
         decoders,
         inputs,
@@ -337,9 +328,9 @@ def evaluate_cold_start(
     cold = split.cold_mask
     methods = {
         name: evaluate.method_metrics(decoded[name], targets, cold, allowed_key="cold_rate")
-        for name in constraints
+        for name in decoded
     }
-    methods.update(_model_free(cfg, layout, ds, split, targets))
+    methods.update(_model_free(cfg, split, targets, emb, histories))
     overhead = decoded["static"].seconds_per_user / decoded["unconstrained"].seconds_per_user
     result = {
         **_cold_header(cfg, split, len(targets), validation),
@@ -351,19 +342,14 @@ def evaluate_cold_start(
         "scoring": {
             "prior_weight": cfg.eval.cold_prior_weight,
             "level_weights": list(cfg.eval.cold_level_weights) or [1.0] * L,
-            **(
-                {
-                    "content_weight": cfg.eval.cold_content_weight,
-                    "content_temperature": cfg.eval.cold_content_temperature,
-                }
-                if cfg.eval.cold_content_weight
-                else {}
-            ),
         },
         "static_overhead_ratio_median": float(np.median(overhead)),
         "static_index_build_seconds": build_seconds,
         "static_index_bytes": int(index.nbytes()["total"]),
     }
+    if cfg.eval.cold_content_weight:
+        result["scoring"]["content_weight"] = cfg.eval.cold_content_weight
+        result["scoring"]["content_temperature"] = cfg.eval.cold_content_temperature
     result["environment"] = environment()
     atomic.write_json(layout.cold_start_result(fraction, validation=validation), result)
     return result

@@ -73,7 +73,7 @@ def main(workdir: str, fraction: float, weights: list[float], temps: list[float]
                 ),
             )
             fn, queries = content_prior_method(
-                c, layout, ds, split, model, cold_sids, static, scoring
+                c, split, model, cold_sids, static, scoring, emb, histories
             )
             d = evaluate.decode_interleaved(
                 {"p": fn}, inputs, lookup, batch_size=64, row_inputs={"p": queries}

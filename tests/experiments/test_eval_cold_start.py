@@ -205,19 +205,19 @@ def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbou
         model, sids, split, cfg.eval, layout.retriever(Split("cold", 0.05))
     )
     static = StaticConstraint(StaticIndex.build(sids[split.cold_items], vocab_size=V))
+    emb, histories = _content_inputs(cfg, layout, ds, split)
     fn, queries = content_prior_method(
         cfg,
-        layout,
-        ds,
         split,
         model,
         sids[split.cold_items],
         static,
         cold_scoring(cfg.eval, split.train, sids, V),
+        emb,
+        histories,
     )
     res = fn(inputs[:32], queries[:32])
     first = np.asarray(res.tokens)[:, 0]
-    emb, histories = _content_inputs(cfg, layout, ds, split)
     unit, _ = content_queries(emb, histories)
     cosines = queries @ unit[split.cold_items].T
     want = content_ranking(emb, histories, split.cold_items, k=1)[:32, 0]
