@@ -18,46 +18,22 @@ no test target is read.
 
 import sys
 
+import cold_val
 import numpy as np
 
-from data.splits import validation_split
-from decoding import StaticConstraint, StaticIndex
 from experiments import evaluate, metrics
-from experiments.artifacts import load_retriever
 from experiments.baselines import CONTENT_RECENT
-from experiments.config import load_json
-from experiments.layout import RunLayout, Split
-from experiments.retrieval_eval import (
-    _decoders,
-    _sample_users,
-    cold_scoring,
-    evaluated_inputs,
-    load_inputs,
-)
+from experiments.retrieval_eval import _decoders, _sample_users
 from rqvae.embed import embed_texts
 
 K = 20
 
 
-def _metrics(pred, targets):
-    m = metrics.ranking_metrics(pred, targets, ks=(1, 10), ndcg_ks=(10,))
-    return " / ".join(f"{100 * m[k]:.2f}" for k in ("recall@1", "recall@10", "ndcg@10"))
-
-
 def main(workdir: str, fraction: float) -> None:
-    layout = RunLayout(workdir)
-    cfg = load_json(layout.config)
-    ds, sids = load_inputs(cfg, layout)
-    which = Split("cold-val", fraction)
-    model = load_retriever(layout, which)
-    split = validation_split(ds, fraction)
+    v = cold_val.load(workdir, fraction)
+    cfg, layout, ds, sids, model, split = v.cfg, v.layout, v.ds, v.sids, v.model, v.split
+    targets, inputs, static, scoring = v.targets, v.inputs, v.static, v.scoring
     V = model.space.codebook_size
-    targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, layout.retriever(which))
-    index = StaticIndex.build(
-        sids[split.cold_items], vocab_size=V, dense_levels=cfg.decode.dense_levels
-    )
-    static = StaticConstraint(index)
-    scoring = cold_scoring(cfg.eval, split.train, sids, V)
     methods = {"scored": (static, scoring), "plain": (static, None)}
     decoded = evaluate.decode_interleaved(
         _decoders(model, methods, K), inputs, metrics.SIDLookup(sids, V), batch_size=64
@@ -75,17 +51,17 @@ def main(workdir: str, fraction: float) -> None:
     column = np.full(len(sids), -1)
     column[cold] = np.arange(len(cold))
     print(f"{len(targets)} users, {len(cold)} cold items; Recall@1 / Recall@10 / NDCG@10 (%)")
-    print("content", _metrics(cold[content_order[:, :K]], targets))
+    print("content", cold_val.fmt(cold[content_order[:, :K]], targets))
     rows = np.arange(len(targets))[:, None]
     for name, d in decoded.items():
         items = np.where(d.valid, d.items, -1)
         inside = items >= 0
-        print(name, "beam", _metrics(items, targets))
+        print(name, "beam", cold_val.fmt(items, targets))
         cos_UK = np.where(inside, cos_UC[rows, np.maximum(column[items], 0)], 0.0)
         for lam in (1, 2, 5, 10, 20, 50):
             s = np.where(inside, d.scores + lam * cos_UK, -np.inf)
             ranked = np.take_along_axis(items, np.argsort(-s, axis=1, kind="stable"), 1)
-            print(name, f"rerank lambda={lam}", _metrics(ranked, targets))
+            print(name, f"rerank lambda={lam}", cold_val.fmt(ranked, targets))
         beam_rank = np.full(cos_UC.shape, np.inf)
         beam_score = np.full(cos_UC.shape, np.nan)
         r, k = np.nonzero(inside)
@@ -94,12 +70,12 @@ def main(workdir: str, fraction: float) -> None:
         for k0 in (1, 5, 20, 60):
             fused = 1.0 / (k0 + beam_rank + 1) + 1.0 / (k0 + content_rank + 1)
             top = cold[np.argsort(-fused, axis=1, kind="stable")[:, :K]]
-            print(name, f"rrf k={k0}", _metrics(top, targets))
+            print(name, f"rrf k={k0}", cold_val.fmt(top, targets))
         lowest = np.nanmin(beam_score, axis=1, keepdims=True)
         filled = np.where(np.isnan(beam_score), lowest, beam_score)
         for mu in (0.005, 0.01, 0.02, 0.05, 0.1, 0.2):
             top = cold[np.argsort(-(cos_UC + mu * filled), axis=1, kind="stable")[:, :K]]
-            print(name, f"content+mu={mu}", _metrics(top, targets))
+            print(name, f"content+mu={mu}", cold_val.fmt(top, targets))
 
 
 if __name__ == "__main__":

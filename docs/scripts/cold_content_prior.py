@@ -14,56 +14,31 @@ STATIC alone and the content neighbour. Nothing is written and no test target is
 import dataclasses
 import sys
 
+import cold_val
 import numpy as np
 
-from data.splits import validation_split
-from decoding import StaticConstraint, StaticIndex
 from experiments import evaluate, metrics
-from experiments.artifacts import load_retriever
 from experiments.baselines import content_ranking
-from experiments.config import load_json
-from experiments.layout import RunLayout, Split
-from experiments.retrieval_eval import (
-    _content_inputs,
-    _decoders,
-    cold_scoring,
-    content_prior_method,
-    evaluated_inputs,
-    load_inputs,
-)
+from experiments.retrieval_eval import _content_inputs, _decoders, content_prior_method
 
 
 def _items(d: evaluate.Decoded) -> np.ndarray:
     return np.where(d.valid, d.items, -1)
 
 
-def _fmt(pred, targets) -> str:
-    m = metrics.ranking_metrics(pred, targets, ks=(1, 10), ndcg_ks=(10,))
-    return " / ".join(f"{100 * m[k]:.2f}" for k in ("recall@1", "recall@10", "ndcg@10"))
-
-
 def main(workdir: str, fraction: float, weights: list[float], temps: list[float]) -> None:
-    layout = RunLayout(workdir)
-    cfg = load_json(layout.config)
-    ds, sids = load_inputs(cfg, layout)
-    which = Split("cold-val", fraction)
-    model = load_retriever(layout, which)
-    split = validation_split(ds, fraction)
+    v = cold_val.load(workdir, fraction)
+    cfg, split, model, targets = v.cfg, v.split, v.model, v.targets
     V, K = model.space.codebook_size, cfg.eval.beam_size
-    targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, layout.retriever(which))
-    cold_sids = sids[split.cold_items]
-    static = StaticConstraint(
-        StaticIndex.build(cold_sids, vocab_size=V, dense_levels=cfg.decode.dense_levels)
-    )
-    scoring = cold_scoring(cfg.eval, split.train, sids, V)
-    lookup = metrics.SIDLookup(sids, V)
-    emb, histories = _content_inputs(cfg, layout, ds, split)
+    lookup = metrics.SIDLookup(v.sids, V)
+    emb, histories = _content_inputs(cfg, v.layout, v.ds, split)
     print(f"{len(targets)} users, {len(split.cold_items)} cold items; R@1 / R@10 / NDCG@10 (%)")
-    print("content", _fmt(content_ranking(emb, histories, split.cold_items, k=K), targets))
+    ranked = content_ranking(emb, histories, split.cold_items, k=K)
+    print("content", cold_val.fmt(ranked, targets))
     d = evaluate.decode_interleaved(
-        _decoders(model, {"static": (static, scoring)}, K), inputs, lookup, batch_size=64
+        _decoders(model, {"static": (v.static, v.scoring)}, K), v.inputs, lookup, batch_size=64
     )["static"]
-    print("static", _fmt(_items(d), targets))
+    print("static", cold_val.fmt(_items(d), targets))
     for t in temps:
         for w in weights:
             c = dataclasses.replace(
@@ -73,14 +48,14 @@ def main(workdir: str, fraction: float, weights: list[float], temps: list[float]
                 ),
             )
             fn, queries = content_prior_method(
-                c, split, model, cold_sids, static, scoring, emb, histories
+                c, split, model, v.sids[split.cold_items], v.static, v.scoring, emb, histories
             )
             d = evaluate.decode_interleaved(
-                {"p": fn}, inputs, lookup, batch_size=64, row_inputs={"p": queries}
+                {"p": fn}, v.inputs, lookup, batch_size=64, row_inputs={"p": queries}
             )["p"]
             print(
                 f"static_content weight={w:g} temperature={t:g}",
-                _fmt(_items(d), targets),
+                cold_val.fmt(_items(d), targets),
                 flush=True,
             )
 
