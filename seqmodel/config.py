@@ -96,6 +96,9 @@ class SeqModelConfig:
     eval_users: int = 1000  # validation holdout size (users whose last training item is held out)
     eval_beam_size: int = 10  # K for validation Recall@10
     patience: int = 3  # validations without improvement before early stopping
+    # > 0: validation, checkpoint choice and decoding use an exponential moving average of the
+    # parameters with this decay per step (seqmodel.state.track_params_ema); 0: the parameters.
+    ema_decay: float = 0.0
     seed: int = 0
     # none: a plain retriever; joint: it also trains the draft head `draft` (its loss added).
     draft_head: str = "none"
@@ -137,6 +140,8 @@ class SeqModelConfig:
                 raise ValueError(f"seqmodel.{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"seqmodel.dropout must be in [0, 1), got {self.dropout}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"seqmodel.ema_decay must be in [0, 1), got {self.ema_decay}")
 
 
 def identity_fields(cfg: SeqModelConfig) -> dict:
@@ -147,4 +152,6 @@ def identity_fields(cfg: SeqModelConfig) -> dict:
         del fields["arch"]
     if not cfg.item_embed_buckets:
         del fields["item_embed_buckets"]
+    if not cfg.ema_decay:
+        del fields["ema_decay"]
     return fields

@@ -18,7 +18,7 @@ from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import SeqModelConfig
 from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE
-from seqmodel.state import Retriever, abstract_train_state
+from seqmodel.state import Retriever, abstract_train_state, eval_params
 from seqmodel.tokens import TokenSpace
 
 
@@ -163,7 +163,7 @@ def load_retriever(retriever_dir: Path | str) -> Retriever:
         state = ckpts.restore_best_params(abstract)
     finally:
         ckpts.close()
-    return nnx.merge(graphdef, state.params)
+    return nnx.merge(graphdef, eval_params(state))
 
 
 def retrieval_fn(

@@ -1,7 +1,7 @@
 """The retriever's train state and its one factory: model, AdamW schedule and optimizer state,
 used alike to start training, to restore a checkpoint and to load a trained retriever."""
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
@@ -39,6 +39,49 @@ def make_optimizer(cfg: SeqModelConfig, total_steps: int) -> optax.GradientTrans
     )
 
 
+class ParamsEMA(NamedTuple):
+    """Optimizer state of `track_params_ema`: the steps taken and the averaged parameters."""
+
+    count: Any  # int32 scalar
+    ema: Any  # nnx.State, as the parameters
+
+
+def track_params_ema(decay: float) -> optax.GradientTransformation:
+    """Passes the updates through and keeps an exponential moving average of the parameters they
+    produce (Polyak averaging), read back by `eval_params`.
+
+    The rate warms up as min(decay, (1 + t) / (10 + t)) at step t, so the average follows the
+    parameters early on instead of staying near their initial values.
+    """
+
+    def init(params):
+        return ParamsEMA(jnp.zeros((), jnp.int32), jax.tree.map(jnp.copy, params))
+
+    def update(updates, state, params):
+        t = state.count.astype(jnp.float32)
+        rate = jnp.minimum(decay, (1.0 + t) / (10.0 + t))
+        new = optax.apply_updates(params, updates)
+        ema = optax.incremental_update(new, state.ema, 1.0 - rate)
+        return updates, ParamsEMA(state.count + 1, ema)
+
+    return optax.GradientTransformation(init, update)
+
+
+def retriever_optimizer(cfg: SeqModelConfig, total_steps: int) -> optax.GradientTransformation:
+    """`make_optimizer`, followed by the parameter average when `cfg.ema_decay` > 0."""
+    tx = make_optimizer(cfg, total_steps)
+    return optax.chain(tx, track_params_ema(cfg.ema_decay)) if cfg.ema_decay else tx
+
+
+def eval_params(state: TrainState) -> Any:
+    """The parameters a trained retriever decodes with: their moving average where the run kept
+    one (`seqmodel.ema_decay` > 0), else the parameters themselves."""
+    opt = state.opt_state
+    if isinstance(opt, tuple) and len(opt) == 2 and isinstance(opt[1], ParamsEMA):
+        return opt[1].ema
+    return state.params
+
+
 def init_model(cfg: SeqModelConfig, space: TokenSpace) -> Retriever:
     """A fresh retriever of `cfg.arch`; built under jit (eager init compiles every random op
     separately)."""
@@ -51,7 +94,7 @@ def new_train_state(
 ) -> tuple[nnx.GraphDef, optax.GradientTransformation, TrainState]:
     """(graphdef, optimizer, step-0 state) of a fresh retriever."""
     graphdef, params = nnx.split(init_model(cfg, space))
-    tx = make_optimizer(cfg, total_steps)
+    tx = retriever_optimizer(cfg, total_steps)
     state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
     return graphdef, tx, state
 

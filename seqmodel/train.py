@@ -36,7 +36,7 @@ from seqmodel.draft import draft_nll
 from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 from seqmodel.inference import decode, recall_at_k
 from seqmodel.model import token_log_likelihood
-from seqmodel.state import TrainState, new_train_state
+from seqmodel.state import TrainState, eval_params, new_train_state
 from seqmodel.tokens import (
     PAD,
     TokenizeExample,
@@ -306,7 +306,12 @@ def train_and_evaluate(
 
     def validate_and_save(step: int) -> dict:
         recall = recall_at_k(
-            decode_fn, state.params, valid_tokens, valid_sids, batch_size=eval_batch, mesh=mesh
+            decode_fn,
+            eval_params(state),
+            valid_tokens,
+            valid_sids,
+            batch_size=eval_batch,
+            mesh=mesh,
         )
         better = record_validation(progress, step, recall, cfg.patience)
         ckpts.save(step, state, iterator, dict(progress), best=better)
