@@ -7,6 +7,7 @@ nothing that is kept. Writes WORKDIR/results/bench_train_<split>.json and .md (t
 Example:
     genret bench-train --workdir runs/beauty --layouts causal,bucketed,packed --sizes 2x64,4x128
     genret bench-train --workdir runs/beauty --layouts bucketed --archs token,item
+    genret bench-train --workdir runs/beauty --layouts bucketed --ema-decays 0,0.999
 """
 
 import argparse
@@ -81,23 +82,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hashed item-embedding rows for the item-level retriever, e.g. 0,65536 "
         "(seqmodel.item_embed_buckets); default: the config's",
     )
+    parser.add_argument(
+        "--ema-decays",
+        type=common.float_list(0.0, 1.0, "0,0.999", "decays"),
+        default=None,
+        help="parameter moving-average decays, e.g. 0,0.999 (seqmodel.ema_decay; 0: none); "
+        "default: the config's",
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
     common.add_config_args(parser)
 
 
-def _variants(cfg, layouts, sizes, archs=None, item_buckets=None):
+def _variants(cfg, layouts, sizes, archs=None, item_buckets=None, ema_decays=None):
     seq = cfg.seqmodel
     shapes = sizes or ((seq.num_layers, seq.d_model),)
     archs = archs or (seq.arch,)
     item_buckets = item_buckets or (seq.item_embed_buckets,)
+    decays = ema_decays or (seq.ema_decay,)
     for layers, width in shapes:
-        for arch, buckets in [(a, b) for a in archs for b in item_buckets]:
+        for arch, buckets, decay in [
+            (a, b, d) for a in archs for b in item_buckets for d in decays
+        ]:
             if arch == "token" and buckets:
                 continue  # the hashed item embedding is the item-level retriever's
             for lay in layouts:
                 if arch == "item" and lay == "packed":
                     continue  # the item-level retriever takes one user per row
-                v = dataclasses.replace(seq, layout=lay, arch=arch, item_embed_buckets=buckets)
+                v = dataclasses.replace(
+                    seq, layout=lay, arch=arch, item_embed_buckets=buckets, ema_decay=decay
+                )
                 if (layers, width) != (seq.num_layers, seq.d_model):
                     v = dataclasses.replace(
                         v,
@@ -107,11 +120,21 @@ def _variants(cfg, layouts, sizes, archs=None, item_buckets=None):
                         mlp_dim=2 * width,
                     )
                 name = f"{lay} {layers}x{width}" + (f" {arch}" if len(archs) > 1 else "")
-                yield (f"{name} ids {buckets}" if len(item_buckets) > 1 else name), v
+                name += f" ids {buckets}" if len(item_buckets) > 1 else ""
+                yield name + (f" ema {decay:g}" if len(decays) > 1 else ""), v
 
 
 def bench_train(
-    cfg, layout, split: Split, layouts, sizes, steps: int, log=print, archs=None, item_buckets=None
+    cfg,
+    layout,
+    split: Split,
+    layouts,
+    sizes,
+    steps: int,
+    log=print,
+    archs=None,
+    item_buckets=None,
+    ema_decays=None,
 ) -> dict:
     ds, sids = load_inputs(cfg, layout)
     V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
@@ -119,7 +142,7 @@ def bench_train(
     item_tokens = sid_tokens(data.sids, V)
     space = TokenSpace(num_levels=data.sids.shape[1], codebook_size=V)
     runs = {}
-    for name, v in _variants(cfg, layouts, sizes, archs, item_buckets):
+    for name, v in _variants(cfg, layouts, sizes, archs, item_buckets, ema_decays):
         iterator, per_epoch = training_batches(v, data, item_tokens)
         batches = [next(iterator) for _ in range(steps + 1)]
         graphdef, tx, state = new_train_state(v, space, per_epoch * v.num_epochs)
@@ -137,6 +160,7 @@ def bench_train(
             "layout": v.layout,
             "arch": v.arch,
             "item_embed_buckets": v.item_embed_buckets,
+            "ema_decay": v.ema_decay,
             "layers": v.num_layers,
             "width": v.d_model,
             "params": int(params),
@@ -208,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
         args.steps,
         archs=args.archs,
         item_buckets=args.item_buckets,
+        ema_decays=args.ema_decays,
     )
     table = markdown(result)
     path = layout.results / f"bench_train_{split.name}.json"

@@ -72,6 +72,23 @@ def int_list(minimum: int, example: str, noun: str = "integers"):
     return parse
 
 
+def float_list(low: float, high: float, example: str, noun: str = "values"):
+    """An argparse type: comma-separated numbers, each in [low, high) (e.g. `example`)."""
+
+    def parse(text: str) -> tuple[float, ...]:
+        try:
+            values = tuple(float(x) for x in text.split(","))
+        except ValueError:
+            values = ()
+        if not values or not all(low <= v < high for v in values):
+            raise argparse.ArgumentTypeError(
+                f"expected {noun} in [{low}, {high}) like {example}, got {text!r}"
+            )
+        return values
+
+    return parse
+
+
 def positive(name: str, value: int | None, *, allow_none: bool = True) -> None:
     """An integer argument that must be >= 1; checked before any artifact is read."""
     if value is None and allow_none:

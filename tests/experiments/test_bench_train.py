@@ -74,3 +74,19 @@ def test_bench_train_times_item_embedding_sizes(workdir: Path, capsys):  # noqa:
     with pytest.raises(SystemExit):
         cli.main([*argv[:-1], "0,-4"])
     assert "counts >= 0" in capsys.readouterr().err
+
+
+def test_bench_train_times_each_ema_decay_and_rejects_one_out_of_range(workdir: Path, capsys):  # noqa: F811
+    argv = ["bench-train", "--workdir", str(workdir), "--steps", "2", "--sizes", "1x16"]
+    argv += ["--layouts", "bucketed", "--ema-decays", "0,0.999"]
+    assert cli.main([*argv, *TRAIN_FAST]) == 0
+    res = json.loads((workdir / "results" / "bench_train_loo.json").read_text())
+    assert set(res["variants"]) == {"bucketed 1x16 ema 0", "bucketed 1x16 ema 0.999"}
+    assert res["variants"]["bucketed 1x16 ema 0.999"]["ema_decay"] == 0.999
+    # The average is optimizer state, not parameters: the count is the same.
+    v = res["variants"]
+    assert v["bucketed 1x16 ema 0"]["params"] == v["bucketed 1x16 ema 0.999"]["params"]
+    with pytest.raises(SystemExit) as usage:
+        cli.main([*argv[:-1], "0,1"])
+    assert usage.value.code == 2
+    assert "--ema-decays" in capsys.readouterr().err
