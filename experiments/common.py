@@ -55,38 +55,32 @@ def add_dataset_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def int_list(minimum: int, example: str, noun: str = "integers"):
-    """An argparse type: comma-separated integers, each >= `minimum` (e.g. `example`)."""
+def _number_list(convert, accept, expected: str):
+    """An argparse type: comma-separated numbers read by `convert`, each passing `accept`; else
+    the one line "expected {expected}, got '...'"."""
 
-    def parse(text: str) -> tuple[int, ...]:
+    def parse(text: str) -> tuple:
         try:
-            values = tuple(int(x) for x in text.split(","))
+            values = tuple(convert(x) for x in text.split(","))
         except ValueError:
             values = ()
-        if not values or min(values) < minimum:
-            raise argparse.ArgumentTypeError(
-                f"expected {noun} >= {minimum} like {example}, got {text!r}"
-            )
+        if not values or not all(accept(v) for v in values):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         return values
 
     return parse
+
+
+def int_list(minimum: int, example: str, noun: str = "integers"):
+    """An argparse type: comma-separated integers, each >= `minimum` (e.g. `example`)."""
+    return _number_list(int, lambda v: v >= minimum, f"{noun} >= {minimum} like {example}")
 
 
 def float_list(low: float, high: float, example: str, noun: str = "values"):
     """An argparse type: comma-separated numbers, each in [low, high) (e.g. `example`)."""
-
-    def parse(text: str) -> tuple[float, ...]:
-        try:
-            values = tuple(float(x) for x in text.split(","))
-        except ValueError:
-            values = ()
-        if not values or not all(low <= v < high for v in values):
-            raise argparse.ArgumentTypeError(
-                f"expected {noun} in [{low}, {high}) like {example}, got {text!r}"
-            )
-        return values
-
-    return parse
+    return _number_list(
+        float, lambda v: low <= v < high, f"{noun} in [{low}, {high}) like {example}"
+    )
 
 
 def positive(name: str, value: int | None, *, allow_none: bool = True) -> None:
