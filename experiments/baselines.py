@@ -1,10 +1,13 @@
 """Model-free baselines in the evaluation harness: the content nearest neighbour (the candidate
 item whose text embedding is closest to the user's recent items) and, for leave-one-out, item
-co-occurrence (the items most often next to the user's last item in the training histories)."""
+co-occurrence (the items most often next to the user's last item in the training histories),
+also as a prior over the catalog (`CooccurrencePrior`)."""
 
+import dataclasses
 import time
 
 import numpy as np
+import scipy.sparse as sp
 from jaxtyping import Float, Int
 
 from data.types import Histories
@@ -113,13 +116,48 @@ def cooccurrence_ranking(
     return out
 
 
+def loo_training(histories_all: Histories, num_items: int) -> Histories:
+    """Leave-one-out's training histories: every user's last two items left out, so no
+    validation or test target is read."""
+    return training_sequences(histories_all, np.zeros(num_items, bool), holdout_last=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class CooccurrencePrior:
+    """p(item | last item) = (count(last, item) + s * pop(item)) / (n(last) + s): the pairs at
+    most one position apart in the training histories (both orders), smoothed toward the
+    add-one popularity shares `pop` with s pseudo-counts (a Dirichlet prior), so every item keeps
+    some mass and a last item never seen in a pair gives popularity alone."""
+
+    counts: sp.csr_matrix  # [N, N]
+    totals: np.ndarray  # float64 [N]: n(item), its row's sum
+    popularity: np.ndarray  # float64 [N], sums to 1
+    smoothing: float
+
+    @classmethod
+    def fit(cls, train: Histories, num_items: int, smoothing: float) -> "CooccurrencePrior":
+        if not smoothing > 0:
+            raise ValueError(f"smoothing must be > 0, got {smoothing}")
+        counts = cooccurrence_counts(train, num_items, 1).tocsr()
+        pop = np.bincount(train.items, minlength=num_items).astype(np.float64) + 1.0
+        totals = np.asarray(counts.sum(axis=1), np.float64).ravel()
+        return cls(counts, totals, pop / pop.sum(), float(smoothing))
+
+    def log_prob(self, last: Int[np.ndarray, " B"]) -> Float[np.ndarray, "B N"]:
+        """log p(item | last) for every item of the catalog, one row per last item."""
+        last = np.asarray(last, np.int64)
+        s = self.smoothing
+        mass = self.counts[last].toarray() + s * self.popularity[None, :]
+        return np.log(mass) - np.log(self.totals[last] + s)[:, None]
+
+
 def cooccurrence_metrics(
     histories_all: Histories, histories: Histories, targets: Int[np.ndarray, " U"], num_items: int
 ) -> dict:
     """Recall@1/5/10 and NDCG@5/10 of `cooccurrence_ranking`, counted on leave-one-out's training
     histories (every user's last two items left out, so no validation or test target is read)."""
     start = time.perf_counter()
-    train = training_sequences(histories_all, np.zeros(num_items, bool), holdout_last=2)
+    train = loo_training(histories_all, num_items)
     pred = cooccurrence_ranking(train, histories, num_items, k=10)
     seconds = (time.perf_counter() - start) / max(len(targets), 1)
     out = metrics.ranking_metrics(pred, targets, ks=(1, 5, 10), ndcg_ks=(5, 10))

@@ -40,6 +40,12 @@ class EvalConfig:
     # retriever that under-ranks rarely bought items. Plain STATIC is also reported when set.
     warm_prior_weight: float = 0.0
     warm_prior_levels: int = 2
+    # The co-occurrence prior in the leave-one-out beams (method `static_cooccurrence`, beside the
+    # retriever's own `static_all_items`): each user's p(item | last item) from the pairs adjacent
+    # in the training histories, smoothed toward popularity with warm_cooc_smoothing
+    # pseudo-counts, entering the beam scores level by level this many times. 0: off.
+    warm_cooc_weight: float = 0.0
+    warm_cooc_smoothing: float = 10.0
     warm: bool = True  # the pipeline also trains a leave-one-out retriever and runs eval-warm
     # The pipeline also trains a leave-one-out retriever with each of these `seqmodel.seed`s
     # (WORKDIR/retriever_loo_seedN), and eval-warm ranks by the average of their per-level
@@ -162,6 +168,11 @@ def validate(cfg: Config) -> Config:
         )
     if not math.isfinite(cfg.eval.warm_prior_weight):
         raise ArgumentError(f"eval.warm_prior_weight={cfg.eval.warm_prior_weight}: must be finite")
+    w, s = cfg.eval.warm_cooc_weight, cfg.eval.warm_cooc_smoothing
+    if not (math.isfinite(w) and w >= 0):
+        raise ArgumentError(f"eval.warm_cooc_weight={w}: must be finite and >= 0 (0: off)")
+    if not (math.isfinite(s) and s > 0):
+        raise ArgumentError(f"eval.warm_cooc_smoothing={s}: must be finite and > 0")
     seeds = cfg.eval.warm_ensemble_seeds
     if seeds and not cfg.eval.warm:
         raise ArgumentError("eval.warm_ensemble_seeds: needs eval.warm=true")

@@ -37,6 +37,8 @@ PLAIN = "static_plain"
 
 # STATIC with the content prior in its beam scores (eval.cold_content_weight).
 CONTENT_PRIOR = "static_content"
+# The retrievers' leave-one-out beams with the co-occurrence prior (eval.warm_cooc_weight).
+COOCCURRENCE_PRIOR = "static_cooccurrence"
 # Reported where every result has it: the content nearest neighbour (no model), plain STATIC, and
 # STATIC with the content prior.
 OPTIONAL = ("content", PLAIN, CONTENT_PRIOR)
@@ -147,6 +149,14 @@ def warm_table(result: dict) -> str:
             f"minus {s['prior_weight']:g} x the training log prior of the first "
             f"{s['prior_levels']} codes (eval.warm_prior_weight, eval.warm_prior_levels). "
             f"`{PLAIN}` ranks by the joint log-probability alone, as TIGER does."
+        )
+    if c := result.get("cooccurrence_prior"):
+        lines.append(
+            f"\n`{COOCCURRENCE_PRIOR}` is `static_all_items` plus {c['weight']:g} x the log of "
+            "the co-occurrence prior p(item | last item), counted on the training histories with "
+            f"{c['smoothing']:g} popularity pseudo-counts and entered level by level "
+            "(eval.warm_cooc_weight, eval.warm_cooc_smoothing): a hybrid of the retriever and "
+            "`item_cooccurrence`, not the retriever alone."
         )
     return "\n".join(lines)
 

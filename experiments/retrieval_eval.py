@@ -37,10 +37,16 @@ from experiments.artifacts import (
     require_retriever,
     split_examples,
 )
-from experiments.baselines import content_metrics, content_queries, cooccurrence_metrics
+from experiments.baselines import (
+    CooccurrencePrior,
+    content_metrics,
+    content_queries,
+    cooccurrence_metrics,
+    loo_training,
+)
 from experiments.config import Config, EvalConfig
 from experiments.layout import RunLayout, Split
-from experiments.report import CONTENT_PRIOR
+from experiments.report import CONTENT_PRIOR, COOCCURRENCE_PRIOR
 from seqmodel.files import MODEL_FILE
 from seqmodel.inference import (
     ensemble_decoder,
@@ -142,6 +148,36 @@ def content_prior_method(
         return run(tokens, table.conditional_log_prior(cosines / t))
 
     return decode_batch, queries
+
+
+def cooccurrence_prior_method(
+    eval_cfg: EvalConfig,
+    models: list[Retriever],
+    sids: np.ndarray,
+    constraint: StaticConstraint,
+    scoring: LevelScoring | None,
+    train: Histories,
+    beam_size: int,
+) -> Callable:
+    """The retrievers' beams over the catalog with the co-occurrence prior
+    (eval.warm_cooc_weight, _smoothing; `baselines.CooccurrencePrior` counted on `train`): the
+    decode function `(tokens, last items) -> beams`. Each batch's priors over the catalog are
+    computed with its batch, so memory does not grow with users x items."""
+    table = PrefixTable.build(sids, models[0].space.codebook_size)
+    prior = CooccurrencePrior.fit(train, len(sids), eval_cfg.warm_cooc_smoothing)
+    run = prior_retrieval_fn(
+        models,
+        constraint,
+        table,
+        weight=eval_cfg.warm_cooc_weight,
+        beam_size=beam_size,
+        scoring=scoring,
+    )
+
+    def decode_batch(tokens: np.ndarray, last: np.ndarray):
+        return run(tokens, table.conditional_log_prior(prior.log_prob(last)))
+
+    return decode_batch
 
 
 def _prior_scoring(
@@ -396,27 +432,32 @@ def evaluate_warm(
     }
     if scoring is not None:  # the plain joint log-probability beside (TIGER's ranking rule)
         constraints["static_plain"] = (StaticConstraint(index), None)
+    decoders = _decoders([model, *members], constraints, K)
+    users = _sample_users(len(split.test_targets), cfg.eval)
+    histories = Histories.from_lists([split.test_histories[int(u)] for u in users])
+    row_inputs = {}
+    if cfg.eval.warm_cooc_weight:
+        train = loo_training(ds.histories, len(sids))
+        decoders[COOCCURRENCE_PRIOR] = cooccurrence_prior_method(
+            cfg.eval, [model, *members], sids, StaticConstraint(index), scoring, train, K
+        )
+        row_inputs[COOCCURRENCE_PRIOR] = histories.items[histories.offsets[1:] - 1]
     decoded = evaluate.decode_interleaved(
-        _decoders([model, *members], constraints, K),
+        decoders,
         inputs,
         metrics.SIDLookup(sids, V),
         batch_size=batch_size,
         desc="leave-one-out",
         progress=progress,
+        row_inputs=row_inputs,
     )
     everything = np.ones(len(sids), bool)
-    users = _sample_users(len(split.test_targets), cfg.eval)
     methods = {
         name: evaluate.method_metrics(d, targets, everything, allowed_key="item_rate")
         for name, d in decoded.items()
     }
     # A model-free reference: the items most often next to the user's last item in training.
-    methods["item_cooccurrence"] = cooccurrence_metrics(
-        ds.histories,
-        Histories.from_lists([split.test_histories[int(u)] for u in users]),
-        targets,
-        len(sids),
-    )
+    methods["item_cooccurrence"] = cooccurrence_metrics(ds.histories, histories, targets, len(sids))
     result = {
         "dataset": cfg.data.dataset,
         "num_test_users": int(len(targets)),
@@ -431,6 +472,11 @@ def evaluate_warm(
         result["scoring"] = {
             "prior_weight": cfg.eval.warm_prior_weight,
             "prior_levels": cfg.eval.warm_prior_levels,
+        }
+    if cfg.eval.warm_cooc_weight:
+        result["cooccurrence_prior"] = {
+            "weight": cfg.eval.warm_cooc_weight,
+            "smoothing": cfg.eval.warm_cooc_smoothing,
         }
     result["environment"] = environment()
     atomic.write_json(layout.validation_warm_result if validation else layout.warm_result, result)

@@ -23,6 +23,8 @@ _CONTENT_PRIOR_FIELDS = ("cold_content_weight", "cold_content_temperature")
 # Likewise the cold-start evaluations do not read the leave-one-out scoring fields; they enter the
 # leave-one-out key only when set, so results made before the fields existed stay up to date.
 _WARM_ONLY_EVAL_FIELDS = ("warm_prior_weight", "warm_prior_levels")
+# The co-occurrence prior (added later): in the leave-one-out key only while it is on.
+_COOC_PRIOR_FIELDS = ("warm_cooc_weight", "warm_cooc_smoothing")
 # Fields added later that enter a key only when set (the ensemble: only the leave-one-out key),
 # so a ledger written before they existed stays up to date; `cold` only chooses stages.
 _LATER_EVAL_FIELDS = ("warm_ensemble_seeds", "cold", "warm_preset")
@@ -47,6 +49,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
     for name in _LATER_EVAL_FIELDS:
         del eval_fields[name]
     content_prior = {name: eval_fields.pop(name) for name in _CONTENT_PRIOR_FIELDS}
+    cooc_prior = {name: eval_fields.pop(name) for name in _COOC_PRIOR_FIELDS}
     cold_eval = {k: v for k, v in eval_fields.items() if k not in _WARM_ONLY_EVAL_FIELDS}
     if cfg.eval.cold_content_weight:
         cold_eval.update(content_prior)
@@ -57,6 +60,8 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
             del warm_eval[name]
     if cfg.eval.warm_ensemble_seeds:
         warm_eval["warm_ensemble_seeds"] = cfg.eval.warm_ensemble_seeds
+    if cfg.eval.warm_cooc_weight:
+        warm_eval.update(cooc_prior)
 
     def retriever(split: Split, key_parts: tuple) -> ledger.Stage:
         return ledger.Stage(

@@ -45,7 +45,7 @@ def decode(
 
 
 def prior_retrieval_fn(
-    model: Retriever,
+    model: Retriever | list[Retriever],
     constraint: Constraint,
     table: PrefixTable,
     *,
@@ -55,22 +55,37 @@ def prior_retrieval_fn(
 ) -> Callable[[np.ndarray, np.ndarray], BeamResult]:
     """`retrieval_fn` with a per-row prior over the items of `table` (decoding.prefix_prior): a
     jitted `(tokens [B, T], bias [B, P]) -> BeamResult`, where bias holds each row's
-    log p(node | parent) (`PrefixTable.conditional_log_prior`), added `weight` times."""
+    log p(node | parent) (`PrefixTable.conditional_log_prior`), added `weight` times. A list of
+    several models decodes their ensemble (`ensemble_decoder`)."""
     table.check_vocab(constraint.vocab_size)
-    graphdef, params = nnx.split(model)
-    params, constraint, scoring = jax.device_put((params, constraint, scoring))
+    models = model if isinstance(model, list) else [model]
+    constraint, scoring = jax.device_put((constraint, scoring))
     child, w = jax.device_put((table.child, np.float32(weight)))
+    if len(models) > 1:
+        ensemble = ensemble_decoder(models, beam_size=beam_size)
 
-    def one(p, c, s, child, w, bias, t):
-        return decode(graphdef, p, t, PrefixPrior(c, child, bias, w), beam_size, s)
+        def fn(bias, tokens):
+            return ensemble(
+                tokens, PrefixPrior(constraint, child, jax.device_put(bias), w), scoring
+            )
 
-    fn = jax.jit(one)
+    else:
+        graphdef, params = nnx.split(models[0])
+        params = jax.device_put(params)
+
+        def one(p, c, s, child, w, bias, t):
+            return decode(graphdef, p, t, PrefixPrior(c, child, bias, w), beam_size, s)
+
+        jitted = jax.jit(one)
+
+        def fn(bias, tokens):
+            return jitted(params, constraint, scoring, child, w, bias, tokens)
 
     def run(tokens: np.ndarray, bias: np.ndarray) -> BeamResult:
         if np.shape(bias) != (len(tokens), table.num_nodes):
             want = (len(tokens), table.num_nodes)
             raise ValueError(f"bias: expected {list(want)}, got {list(np.shape(bias))}")
-        return fn(params, constraint, scoring, child, w, np.asarray(bias, np.float32), tokens)
+        return fn(np.asarray(bias, np.float32), tokens)
 
     return run
 
