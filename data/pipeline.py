@@ -10,8 +10,26 @@ import numpy as np
 from data.types import Histories
 
 
+def shuffle_ties(items: np.ndarray, times: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """`items` with each run of consecutive equal `times` in a random order (the runs stay in
+    place): a history's same-day items, whose order the data does not know."""
+    items, times = np.asarray(items), np.asarray(times)
+    if len(items) != len(times):
+        raise ValueError(f"shuffle_ties: {len(items)} items, {len(times)} times")
+    if len(items) < 2:
+        return items
+    run = np.concatenate([[0], np.cumsum(times[1:] != times[:-1])])
+    return items[np.lexsort((rng.random(len(items)), run))]
+
+
+def shuffle_record_ties(record: dict, rng: np.random.Generator) -> dict:
+    """A {"items", "times", ...} record with its ties shuffled (`shuffle_ties`)."""
+    return {**record, "items": shuffle_ties(record["items"], record["times"], rng)}
+
+
 class HistorySource:
-    """Random-access source of {"user": int32, "items": int32[n]} records, one per user."""
+    """Random-access source of {"user": int32, "items": int32[n], "times": int64[n]} records, one
+    per user."""
 
     def __init__(self, h: Histories, users: np.ndarray | None = None):
         self._h = h
@@ -25,7 +43,11 @@ class HistorySource:
     def __getitem__(self, i: int) -> dict:
         if not 0 <= i < len(self._h):
             raise IndexError(f"HistorySource index {i} out of range [0, {len(self._h)})")
-        return {"user": np.int32(self._users[i]), "items": self._h[i]}
+        return {
+            "user": np.int32(self._users[i]),
+            "items": self._h[i],
+            "times": self._h.times_of(i),
+        }
 
     def __repr__(self) -> str:
         return f"HistorySource(users={len(self._h)}, items={len(self._h.items)})"
@@ -58,8 +80,11 @@ def batches(
     num_epochs: int | None = None,
     num_threads: int = 2,
     prefetch: int = 16,
+    augment=None,
 ) -> grain.IterDataset:
     """Seeded shuffle (a new order each epoch), transform, fixed-size batches (remainder dropped).
+    `augment(record, rng)`, when given, changes each record before the transform, with a
+    generator that grain seeds per record and epoch (e.g. `shuffle_record_ties`).
 
     num_threads/prefetch: grain's read threads and buffered records (its defaults, 16 threads and
     hundreds of records, only slow small CPU jobs down). The returned dataset's iterators
@@ -73,7 +98,10 @@ def batches(
     ds = grain.MapDataset.source(source)
     if shuffle:
         ds = ds.seed(seed).shuffle()
-    ds = ds.repeat(num_epochs).map(transform).batch(batch_size, drop_remainder=True)
+    ds = ds.repeat(num_epochs)
+    if augment is not None:
+        ds = ds.random_map(augment, seed=seed)
+    ds = ds.map(transform).batch(batch_size, drop_remainder=True)
     options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
     return ds.to_iter_dataset(options)
 
@@ -118,7 +146,16 @@ class BucketedBatches:
     """
 
     def __init__(
-        self, source, transform, lengths, widths, *, batch_size: int, seed: int, unit: int
+        self,
+        source,
+        transform,
+        lengths,
+        widths,
+        *,
+        batch_size: int,
+        seed: int,
+        unit: int,
+        augment=None,
     ):
         lengths = np.asarray(lengths)
         self._widths = np.asarray(sorted(set(int(w) for w in widths)))
@@ -129,6 +166,7 @@ class BucketedBatches:
         self._source, self._fn = source, getattr(transform, "map", transform)
         self._bucket = np.searchsorted(self._widths, lengths)  # the narrowest width that fits
         self._batch_size, self._seed, self._unit = batch_size, seed, unit
+        self._augment = augment
         counts = np.bincount(self._bucket, minlength=len(self._widths))
         self.steps_per_epoch = int((counts // batch_size).sum())
         if self.steps_per_epoch == 0:
@@ -163,10 +201,16 @@ class BucketedBatches:
             self._cached = (epoch, out)
         return out
 
+    def _record(self, epoch: int, r: int) -> dict:
+        record = self._source[r]
+        if self._augment is None:
+            return record
+        return self._augment(record, np.random.default_rng([self._seed, epoch, r]))
+
     def __getitem__(self, i: int) -> dict:
         epoch, j = divmod(int(i), self.steps_per_epoch)
         ids = self.plan(epoch)[j]
-        rows = [self._fn(self._source[int(u)]) for u in ids]
+        rows = [self._fn(self._record(epoch, int(u))) for u in ids]
         width = int(self._widths[self._bucket[ids[0]]]) * self._unit
         batch = {k: np.stack([r[k][-width:] for r in rows]) for k in rows[0]}
         batch["norm"] = np.full(len(ids), self._row_weight, np.float32)
@@ -184,18 +228,27 @@ def bucketed_batches(
     unit: int,
     num_threads: int = 2,
     prefetch: int = 4,
+    augment=None,
 ) -> tuple[grain.IterDataset, int]:
     """(endless batches of left-padded rows cut to their bucket's width, steps per epoch).
 
     `lengths[r]` is record r's length in items and `widths` the bucket widths in items; a row of
     `transform`'s output must be left-padded, so its last `width * unit` columns hold every real
     token of a record that fits the width. Fewer padded positions than `batches` at the cost of
-    one compiled step per width; checkpointable as `batches` is.
+    one compiled step per width; checkpointable as `batches` is. `augment` as in `batches`, its
+    generator seeded by (seed, epoch, record), so batch i stays a pure function of (seed, i).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     src = BucketedBatches(
-        source, transform, lengths, widths, batch_size=batch_size, seed=seed, unit=unit
+        source,
+        transform,
+        lengths,
+        widths,
+        batch_size=batch_size,
+        seed=seed,
+        unit=unit,
+        augment=augment,
     )
     options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch)
     return grain.MapDataset.source(src).to_iter_dataset(options), src.steps_per_epoch

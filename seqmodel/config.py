@@ -99,6 +99,10 @@ class SeqModelConfig:
     # > 0: validation, checkpoint choice and decoding use an exponential moving average of the
     # parameters with this decay per step (seqmodel.state.track_params_ema); 0: the parameters.
     ema_decay: float = 0.0
+    # True: each training history's items that share a timestamp (Amazon's reviews are dated to
+    # the day; 44-48% of consecutive pairs share one) are put in a fresh random order every epoch
+    # (data.pipeline.shuffle_ties), so no arbitrary tie order is learnt. Not with layout packed.
+    shuffle_ties: bool = False
     seed: int = 0
     # none: a plain retriever; joint: it also trains the draft head `draft` (its loss added).
     draft_head: str = "none"
@@ -142,6 +146,11 @@ class SeqModelConfig:
             raise ValueError(f"seqmodel.dropout must be in [0, 1), got {self.dropout}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"seqmodel.ema_decay must be in [0, 1), got {self.ema_decay}")
+        if self.shuffle_ties and self.layout == "packed":
+            raise ValueError(
+                "seqmodel.shuffle_ties takes one user per row (layout causal, sliding or "
+                "bucketed), not layout=packed"
+            )
 
 
 def identity_fields(cfg: SeqModelConfig) -> dict:
@@ -154,4 +163,6 @@ def identity_fields(cfg: SeqModelConfig) -> dict:
         del fields["item_embed_buckets"]
     if not cfg.ema_decay:
         del fields["ema_decay"]
+    if not cfg.shuffle_ties:
+        del fields["shuffle_ties"]
     return fields

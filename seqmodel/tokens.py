@@ -150,4 +150,8 @@ class WindowSource:
         end = int(self._ends[i])
         u = int(self._users[i])
         start = max(int(self._h.offsets[u]), end - self._max_history)
-        return {"user": np.int32(u), "items": self._h.items[start:end]}
+        return {
+            "user": np.int32(u),
+            "items": self._h.items[start:end],
+            "times": self._h.times[start:end],
+        }

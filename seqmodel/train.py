@@ -26,6 +26,7 @@ from data.pipeline import (
     bucket_widths,
     bucketed_batches,
     packed_batches,
+    shuffle_record_ties,
 )
 from data.types import Histories
 from decoding import StaticConstraint, StaticIndex
@@ -113,6 +114,7 @@ def training_batches(cfg: SeqModelConfig, data: RetrieverData, item_tokens: np.n
             f"(layout {cfg.layout})"
         )
     transform = TokenizeExample(item_tokens, cfg.max_history, cfg.layout)
+    augment = shuffle_record_ties if cfg.shuffle_ties else None
     if cfg.layout == "bucketed":
         lengths = np.minimum(data.train.lengths(), cfg.max_history)
         ds, steps_per_epoch = bucketed_batches(
@@ -123,6 +125,7 @@ def training_batches(cfg: SeqModelConfig, data: RetrieverData, item_tokens: np.n
             batch_size=cfg.batch_size,
             seed=cfg.seed,
             unit=space.num_levels,
+            augment=augment,
         )
         return iter(ds), steps_per_epoch
     if cfg.layout == "packed":
@@ -134,7 +137,7 @@ def training_batches(cfg: SeqModelConfig, data: RetrieverData, item_tokens: np.n
             seed=cfg.seed,
         )
     else:
-        ds = batches(source, transform, batch_size=cfg.batch_size, seed=cfg.seed)
+        ds = batches(source, transform, batch_size=cfg.batch_size, seed=cfg.seed, augment=augment)
     return iter(ds), steps_per_epoch
 
 
