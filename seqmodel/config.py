@@ -99,9 +99,11 @@ class SeqModelConfig:
     # > 0: validation, checkpoint choice and decoding use an exponential moving average of the
     # parameters with this decay per step (seqmodel.state.track_params_ema); 0: the parameters.
     ema_decay: float = 0.0
-    # True: each training history's items that share a timestamp (Amazon's reviews are dated to
-    # the day; 44-48% of consecutive pairs share one) are put in a fresh random order every epoch
-    # (data.pipeline.shuffle_ties), so no arbitrary tie order is learnt. Not with layout packed.
+    # True: each training history's items that share a timestamp are put in a fresh random order
+    # every epoch (data.pipeline.shuffle_ties), for data whose order within a tie means nothing.
+    # Not with layout packed. Amazon's ties (44-48% of consecutive pairs share a day) are in ASIN
+    # order, held-out items included, and on Beauty the shuffle lowered validation Recall@10 by a
+    # sixth (docs/RESULTS.md, session 16): the presets leave it off.
     shuffle_ties: bool = False
     seed: int = 0
     # none: a plain retriever; joint: it also trains the draft head `draft` (its loss added).
