@@ -1,6 +1,7 @@
-"""The co-occurrence prior's host-side work per batch of leave-one-out users (eval.warm_cooc_weight):
-its prefix table over the whole catalog, and the median time of one batch's prior (the dense rows of
-p(item | last item), then their prefix conditionals), median of 7 calls after a warm-up.
+"""The co-occurrence prior's host-side work per batch of leave-one-out users
+(eval.warm_cooc_weight): its prefix table over the whole catalog, and the median time of one
+batch's prior (the dense rows of p(item | last item), then their prefix conditionals), median of 7
+calls after a warm-up.
 
 Usage: python docs/scripts/bench_cooc_prior.py WORKDIR [WORKDIR ...]   (leave-one-out work dirs)
 """
