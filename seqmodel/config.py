@@ -105,6 +105,12 @@ class SeqModelConfig:
     # order, held-out items included, and on Beauty the shuffle lowered validation Recall@10 by a
     # sixth (docs/RESULTS.md, session 16): the presets leave it off.
     shuffle_ties: bool = False
+    # > 0: at every target the loss mixes in, with this weight, a cross-entropy against the
+    # co-occurrence teacher (seqmodel.cooc_teacher): the codes of the previous item's
+    # `cooc_neighbors` most frequent neighbours in the training histories that share the
+    # target's prefix, weighted by their pair counts. 0: the plain log-likelihood.
+    cooc_distill: float = 0.0
+    cooc_neighbors: int = 32
     seed: int = 0
     # none: a plain retriever; joint: it also trains the draft head `draft` (its loss added).
     draft_head: str = "none"
@@ -148,6 +154,16 @@ class SeqModelConfig:
             raise ValueError(f"seqmodel.dropout must be in [0, 1), got {self.dropout}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"seqmodel.ema_decay must be in [0, 1), got {self.ema_decay}")
+        if not 0.0 <= self.cooc_distill <= 1.0 or self.cooc_neighbors < 1:
+            raise ValueError(
+                "seqmodel.cooc_distill must be in [0, 1] and seqmodel.cooc_neighbors >= 1, got "
+                f"{self.cooc_distill} and {self.cooc_neighbors}"
+            )
+        if self.cooc_distill and self.layout == "packed":
+            raise ValueError(
+                "seqmodel.cooc_distill takes one user per row (layout causal, sliding or "
+                "bucketed), not layout=packed"
+            )
         if self.shuffle_ties and self.layout == "packed":
             raise ValueError(
                 "seqmodel.shuffle_ties takes one user per row (layout causal, sliding or "
@@ -167,4 +183,6 @@ def identity_fields(cfg: SeqModelConfig) -> dict:
         del fields["ema_decay"]
     if not cfg.shuffle_ties:
         del fields["shuffle_ties"]
+    if not cfg.cooc_distill:
+        del fields["cooc_distill"], fields["cooc_neighbors"]
     return fields

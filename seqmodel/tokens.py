@@ -110,12 +110,17 @@ def packed_example(
 class TokenizeExample(grain.transforms.Map):
     """grain transform: {"items": int32[n]} -> inputs/targets/weights arrays, of fixed length
     (causal, sliding) or of the user's own length n * L (packed: `data.pipeline.packed_batches`
-    fills the rows)."""
+    fills the rows). With a `teacher` (seqmodel.cooc_teacher.CoocTeacher, fixed-length layouts
+    only) each row also holds its targets' teacher codes and weights ("teach_codes",
+    "teach_weights", [T, K])."""
 
-    def __init__(self, item_tokens: np.ndarray, max_history: int, layout: str):
+    def __init__(self, item_tokens: np.ndarray, max_history: int, layout: str, teacher=None):
+        if teacher is not None and layout == "packed":
+            raise ValueError("TokenizeExample: a teacher needs fixed-length rows, not packed")
         self.item_tokens = np.asarray(item_tokens, np.int32)
         self.max_history = max_history
         self.layout = layout
+        self.teacher = teacher
 
     def map(self, element: dict) -> dict:
         if self.layout == "packed":
@@ -124,7 +129,11 @@ class TokenizeExample(grain.transforms.Map):
             example = training_example(
                 self.item_tokens, element["items"], self.max_history, self.layout
             )
-        return dict(zip(("inputs", "targets", "weights"), example, strict=True))
+        out = dict(zip(("inputs", "targets", "weights"), example, strict=True))
+        if self.teacher is not None:
+            kept = np.asarray(element["items"])[-self.max_history :]
+            out["teach_codes"], out["teach_weights"] = self.teacher.targets(kept, len(example[1]))
+        return out
 
 
 class WindowSource:

@@ -13,7 +13,7 @@ import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 from tqdm.auto import tqdm
 
 from data import atomic
@@ -33,6 +33,7 @@ from decoding import StaticConstraint, StaticIndex
 from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints, record_validation
 from seqmodel.config import SeqModelConfig, identity_fields
+from seqmodel.cooc_teacher import CoocTeacher
 from seqmodel.draft import draft_nll
 from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 from seqmodel.inference import decode, recall_at_k
@@ -61,7 +62,11 @@ def loss_fn(
     # "norm" (bucketed layout): the batch's expected weight, so that every token weighs the same
     # whatever the lengths its batch holds.
     denominator = batch["norm"].sum() if "norm" in batch else count
-    loss, aux = nll_sum / jnp.maximum(denominator, 1.0), {"nll_sum": nll_sum, "count": count}
+    objective = nll_sum
+    if "teach_codes" in batch:  # seqmodel.cooc_distill: the teacher's cross-entropy mixed in
+        mixed = teacher_mix(ll, logits, batch["teach_codes"], batch["teach_weights"], model.cfg)
+        objective = -(mixed * w).sum()
+    loss, aux = objective / jnp.maximum(denominator, 1.0), {"nll_sum": nll_sum, "count": count}
     if hasattr(model, "draft"):
         # Joint training (seqmodel.draft_head="joint"): the head's NLL on each row's last item,
         # from a second backbone pass over history + placeholders. Its dropout key is new, so
@@ -71,6 +76,23 @@ def loss_fn(
         loss = loss + model.cfg.draft.loss_weight * d_sum / jnp.maximum(d_count, 1.0)
         aux.update(draft_nll_sum=d_sum, draft_count=d_count)
     return loss, aux
+
+
+def teacher_mix(
+    ll: Float[Array, "B T"],
+    logits: Float[Array, "B T V"],
+    codes: Int[Array, "B T K"],
+    weights: Float[Array, "B T K"],
+    cfg: SeqModelConfig,
+) -> Float[Array, "B T"]:
+    """(1 - a) ll + a (the teacher's weighted mean log-prob of its codes), a = cfg.cooc_distill,
+    where the teacher has weight; `ll` elsewhere (seqmodel.cooc_teacher)."""
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    total = weights.sum(axis=-1)
+    soft = (jnp.take_along_axis(log_probs, codes, axis=-1) * weights).sum(-1)
+    soft = soft / jnp.maximum(total, 1e-9)
+    a = cfg.cooc_distill
+    return jnp.where(total > 0, (1.0 - a) * ll + a * soft, ll)
 
 
 def train_step(
@@ -113,13 +135,17 @@ def training_batches(cfg: SeqModelConfig, data: RetrieverData, item_tokens: np.n
             f"seqmodel.batch_size={cfg.batch_size} exceeds the {rows} training rows "
             f"(layout {cfg.layout})"
         )
-    transform = TokenizeExample(item_tokens, cfg.max_history, cfg.layout)
+    teacher = (
+        CoocTeacher.build(data.train, data.sids, cfg.cooc_neighbors) if cfg.cooc_distill else None
+    )
+    row_layout = "causal" if cfg.layout == "bucketed" else cfg.layout
+    transform = TokenizeExample(item_tokens, cfg.max_history, row_layout, teacher)
     augment = shuffle_record_ties if cfg.shuffle_ties else None
     if cfg.layout == "bucketed":
         lengths = np.minimum(data.train.lengths(), cfg.max_history)
         ds, steps_per_epoch = bucketed_batches(
             source,
-            TokenizeExample(item_tokens, cfg.max_history, "causal"),
+            transform,
             lengths,
             bucket_widths(lengths),
             batch_size=cfg.batch_size,
