@@ -108,7 +108,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
         out.append(
             ledger.Stage(
                 "sasrec",
-                (dataclasses.asdict(cfg.sasrec),),
+                (identity_fields(cfg.sasrec),),
                 (layout.sasrec_result,),
                 lambda: stages.sasrec(cfg, layout, progress=progress),
                 after=("tokenizer",),  # only the prepared dataset, which the tokenizer key holds

@@ -106,3 +106,23 @@ def test_training_with_the_teacher_resumes_exactly(tmp_path, layout):
     plain = dataclasses.replace(cfg, cooc_distill=0.0)
     train_and_evaluate(plain, tmp_path / "c", data, show_progress=False)
     assert _logged(tmp_path / "c") != _logged(tmp_path / "a")
+
+
+def test_the_teacher_enters_the_retrievers_keys_only_while_on(tmp_path):
+    from experiments import config as config_lib
+    from experiments.layout import RunLayout
+    from experiments.workflow import build_stages
+
+    cfg = config_lib.load_preset("tiny")
+    cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, sasrec=True))
+
+    def keys(**kw):
+        c = dataclasses.replace(cfg, seqmodel=dataclasses.replace(cfg.seqmodel, **kw))
+        return {s.name: s.key_parts for s in build_stages(c, RunLayout(tmp_path), progress=False)}
+
+    off = keys()
+    assert keys(cooc_neighbors=7) == off  # off, the neighbour count changes nothing
+    on = keys(cooc_distill=0.5)
+    changed = {n for n in off if on[n] != off[n]}
+    assert changed and all(n.startswith(("retriever", "eval")) for n in changed)
+    assert on["sasrec"] == off["sasrec"] and on["tokenizer"] == off["tokenizer"]
