@@ -159,16 +159,12 @@ class SeqModelConfig:
                 "seqmodel.cooc_distill must be in [0, 1] and seqmodel.cooc_neighbors >= 1, got "
                 f"{self.cooc_distill} and {self.cooc_neighbors}"
             )
-        if self.cooc_distill and self.layout == "packed":
-            raise ValueError(
-                "seqmodel.cooc_distill takes one user per row (layout causal, sliding or "
-                "bucketed), not layout=packed"
-            )
-        if self.shuffle_ties and self.layout == "packed":
-            raise ValueError(
-                "seqmodel.shuffle_ties takes one user per row (layout causal, sliding or "
-                "bucketed), not layout=packed"
-            )
+        for name in ("cooc_distill", "shuffle_ties"):
+            if getattr(self, name) and self.layout == "packed":
+                raise ValueError(
+                    f"seqmodel.{name} takes one user per row (layout causal, sliding or "
+                    "bucketed), not layout=packed"
+                )
 
 
 def identity_fields(cfg: SeqModelConfig) -> dict:
