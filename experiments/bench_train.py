@@ -8,11 +8,13 @@ Example:
     genret bench-train --workdir runs/beauty --layouts causal,bucketed,packed --sizes 2x64,4x128
     genret bench-train --workdir runs/beauty --layouts bucketed --archs token,item
     genret bench-train --workdir runs/beauty --layouts bucketed --ema-decays 0,0.999
+    genret bench-train --workdir runs/beauty --layouts bucketed --cooc-distills 0,0.5
 """
 
 import argparse
 import dataclasses
 import functools
+import itertools
 import json
 import time
 
@@ -89,28 +91,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="parameter moving-average decays, e.g. 0,0.999 (seqmodel.ema_decay; 0: none); "
         "default: the config's",
     )
+    parser.add_argument(
+        "--cooc-distills",
+        type=common.float_list(0.0, 1.0, "0,0.5", "weights"),
+        default=None,
+        help="co-occurrence teacher weights, e.g. 0,0.5 (seqmodel.cooc_distill; 0: none; "
+        "not with packed rows); default: the config's",
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
     common.add_config_args(parser)
 
 
-def _variants(cfg, layouts, sizes, archs=None, item_buckets=None, ema_decays=None):
+# Options timed side by side: argument name, config field, label in a variant's name.
+SWEEPS = (
+    ("item_buckets", "item_embed_buckets", "ids"),
+    ("ema_decays", "ema_decay", "ema"),
+    ("cooc_distills", "cooc_distill", "teacher"),
+)
+
+
+def _variants(cfg, layouts, sizes, archs=None, sweeps=None):
+    """(name, SeqModelConfig) for every size x arch x swept option x layout; `sweeps` maps a
+    SWEEPS argument name to its values (absent or None: the config's value alone)."""
     seq = cfg.seqmodel
     shapes = sizes or ((seq.num_layers, seq.d_model),)
     archs = archs or (seq.arch,)
-    item_buckets = item_buckets or (seq.item_embed_buckets,)
-    decays = ema_decays or (seq.ema_decay,)
+    sweeps = sweeps or {}
+    axes = [
+        (field, label, sweeps.get(arg) or (getattr(seq, field),)) for arg, field, label in SWEEPS
+    ]
     for layers, width in shapes:
-        for arch, buckets, decay in [
-            (a, b, d) for a in archs for b in item_buckets for d in decays
-        ]:
-            if arch == "token" and buckets:
+        for arch, *values in itertools.product(archs, *(vals for _, _, vals in axes)):
+            options = {field: val for (field, _, _), val in zip(axes, values, strict=True)}
+            if arch == "token" and options["item_embed_buckets"]:
                 continue  # the hashed item embedding is the item-level retriever's
             for lay in layouts:
-                if arch == "item" and lay == "packed":
-                    continue  # the item-level retriever takes one user per row
-                v = dataclasses.replace(
-                    seq, layout=lay, arch=arch, item_embed_buckets=buckets, ema_decay=decay
-                )
+                if lay == "packed" and (arch == "item" or options["cooc_distill"]):
+                    continue  # the item-level retriever and the teacher take one user per row
+                v = dataclasses.replace(seq, layout=lay, arch=arch, **options)
                 if (layers, width) != (seq.num_layers, seq.d_model):
                     v = dataclasses.replace(
                         v,
@@ -120,8 +138,9 @@ def _variants(cfg, layouts, sizes, archs=None, item_buckets=None, ema_decays=Non
                         mlp_dim=2 * width,
                     )
                 name = f"{lay} {layers}x{width}" + (f" {arch}" if len(archs) > 1 else "")
-                name += f" ids {buckets}" if len(item_buckets) > 1 else ""
-                yield name + (f" ema {decay:g}" if len(decays) > 1 else ""), v
+                for (_, label, vals), val in zip(axes, values, strict=True):
+                    name += f" {label} {val:g}" if len(vals) > 1 else ""
+                yield name, v
 
 
 def bench_train(
@@ -133,8 +152,7 @@ def bench_train(
     steps: int,
     log=print,
     archs=None,
-    item_buckets=None,
-    ema_decays=None,
+    sweeps=None,
 ) -> dict:
     ds, sids = load_inputs(cfg, layout)
     V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
@@ -142,9 +160,14 @@ def bench_train(
     item_tokens = sid_tokens(data.sids, V)
     space = TokenSpace(num_levels=data.sids.shape[1], codebook_size=V)
     runs = {}
-    for name, v in _variants(cfg, layouts, sizes, archs, item_buckets, ema_decays):
+    for name, v in _variants(cfg, layouts, sizes, archs, sweeps):
         iterator, per_epoch = training_batches(v, data, item_tokens)
-        batches = [next(iterator) for _ in range(steps + 1)]
+        batches = [next(iterator)]
+        # The host's share: making a batch (tokenizing rows, the teacher's targets), timed apart
+        # from the steps, after the first batch has started the input pipeline.
+        start = time.perf_counter()
+        batches += [next(iterator) for _ in range(steps)]
+        host_ms = (time.perf_counter() - start) * 1e3 / steps
         graphdef, tx, state = new_train_state(v, space, per_epoch * v.num_epochs)
         fn = jax.jit(functools.partial(train_step, graphdef, tx, v.seed), donate_argnames="state")
         # Compile every row width first (the bucketed layout has one program per width).
@@ -161,6 +184,8 @@ def bench_train(
             "arch": v.arch,
             "item_embed_buckets": v.item_embed_buckets,
             "ema_decay": v.ema_decay,
+            "cooc_distill": v.cooc_distill,
+            "host_ms_per_batch": host_ms,
             "layers": v.num_layers,
             "width": v.d_model,
             "params": int(params),
@@ -203,15 +228,16 @@ def markdown(result: dict) -> str:
         f"{result['backend']}",
         "",
         "| variant | parameters | rows x tokens | non-PAD share | steps/epoch | ms/step median "
-        "(p90) | ms/step mean | tokens/s | s/epoch |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "(p90) | ms/step mean | host ms/batch | tokens/s | s/epoch |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, v in result["variants"].items():
         lines.append(
             f"| {name} | {v['params']:,} | {v['batch_size']} x {v['row_tokens']} | "
             f"{100 * v['non_pad_share']:.0f}% | {v['steps_per_epoch']} | "
             f"{v['ms_per_step_median']:.0f} ({v['ms_per_step_p90']:.0f}) | "
-            f"{v['ms_per_step_mean']:.0f} | {v['tokens_per_s']:,.0f} | {v['epoch_seconds']:.0f} |"
+            f"{v['ms_per_step_mean']:.0f} | {v['host_ms_per_batch']:.1f} | "
+            f"{v['tokens_per_s']:,.0f} | {v['epoch_seconds']:.0f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -231,8 +257,7 @@ def run(args: argparse.Namespace) -> int:
         args.sizes,
         args.steps,
         archs=args.archs,
-        item_buckets=args.item_buckets,
-        ema_decays=args.ema_decays,
+        sweeps={arg: getattr(args, arg) for arg, _, _ in SWEEPS},
     )
     table = markdown(result)
     path = layout.results / f"bench_train_{split.name}.json"

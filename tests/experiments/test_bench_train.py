@@ -90,3 +90,25 @@ def test_bench_train_times_each_ema_decay_and_rejects_one_out_of_range(workdir: 
         cli.main([*argv[:-1], "0,1"])
     assert usage.value.code == 2
     assert "--ema-decays" in capsys.readouterr().err
+
+
+def test_bench_train_times_the_teacher_and_its_host_share(workdir: Path):  # noqa: F811
+    argv = ["bench-train", "--workdir", str(workdir), "--steps", "2", "--sizes", "1x16"]
+    argv += ["--layouts", "causal,packed", "--cooc-distills", "0,0.5"]
+    assert cli.main([*argv, *TRAIN_FAST]) == 0
+    res = json.loads((workdir / "results" / "bench_train_loo.json").read_text())
+    # The teacher takes one user per row: no packed variant with it.
+    assert set(res["variants"]) == {
+        "causal 1x16 teacher 0",
+        "packed 1x16 teacher 0",
+        "causal 1x16 teacher 0.5",
+    }
+    plain, taught = (
+        res["variants"]["causal 1x16 teacher 0"],
+        res["variants"]["causal 1x16 teacher 0.5"],
+    )
+    assert taught["cooc_distill"] == 0.5 and plain["cooc_distill"] == 0.0
+    assert plain["params"] == taught["params"]  # a training target, not a layer
+    assert plain["host_ms_per_batch"] > 0 and taught["host_ms_per_batch"] > 0
+    table = (workdir / "results" / "bench_train_loo.md").read_text()
+    assert "host ms/batch" in table and "| causal 1x16 teacher 0.5 |" in table
