@@ -12,7 +12,7 @@ from seqmodel.config import SeqModelConfig, identity_fields
 from seqmodel.cooc_teacher import CoocTeacher
 from seqmodel.tokens import TokenizeExample, sid_tokens
 from seqmodel.train import teacher_mix, train_and_evaluate
-from tests.seqmodel.test_train import CFG, _data, _logged, _params
+from tests.seqmodel.test_train import CFG, _data, _logged, assert_resumes_exactly
 
 SIDS = np.array([[0, 0, 0], [0, 1, 0], [0, 1, 1], [1, 0, 0], [0, 0, 1]])
 # Adjacent pairs: (0, 1), (1, 2), (0, 2), (3, 0), (0, 4), (1, 2) again.
@@ -97,15 +97,10 @@ def test_off_by_default_and_out_of_the_fingerprint_until_on():
 def test_training_with_the_teacher_resumes_exactly(tmp_path, layout):
     cfg = dataclasses.replace(CFG, layout=layout, cooc_distill=0.5, cooc_neighbors=4)
     data = _data(cfg=cfg)
-    straight = train_and_evaluate(cfg, tmp_path / "a", data, show_progress=False)
-    train_and_evaluate(cfg, tmp_path / "b", data, stop_after=2, show_progress=False)
-    resumed = train_and_evaluate(cfg, tmp_path / "b", data, show_progress=False)
-    for a, b in zip(_params(straight), _params(resumed), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    assert _logged(tmp_path / "a") == _logged(tmp_path / "b")
+    logged = assert_resumes_exactly(cfg, tmp_path, data)
     plain = dataclasses.replace(cfg, cooc_distill=0.0)
     train_and_evaluate(plain, tmp_path / "c", data, show_progress=False)
-    assert _logged(tmp_path / "c") != _logged(tmp_path / "a")
+    assert _logged(tmp_path / "c") != logged
 
 
 def test_the_teacher_enters_the_retrievers_keys_only_while_on(tmp_path):

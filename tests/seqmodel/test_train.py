@@ -85,6 +85,19 @@ def _params(result):
     return jax.tree.leaves(jax.device_get(result.state.params))
 
 
+def assert_resumes_exactly(cfg, root: Path, data) -> list[dict]:
+    """Trains `cfg` straight through in root/a and, in root/b, stopped after two steps and
+    resumed: the same parameters and metrics.jsonl (timings aside). Returns root/a's rows."""
+    straight = train_and_evaluate(cfg, root / "a", data, show_progress=False)
+    train_and_evaluate(cfg, root / "b", data, stop_after=2, show_progress=False)
+    resumed = train_and_evaluate(cfg, root / "b", data, show_progress=False)
+    for a, b in zip(_params(straight), _params(resumed), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    logged = _logged(root / "a")
+    assert logged == _logged(root / "b"), "resume changed losses or recalls"
+    return logged
+
+
 @pytest.mark.slow
 def test_resume_after_two_steps_equals_uninterrupted_run(tmp_path):
     data = _data()
