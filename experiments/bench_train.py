@@ -54,6 +54,33 @@ def _names(allowed: tuple[str, ...]):
     return parse
 
 
+# Options timed side by side: argument name, config field, label in a variant's name, the
+# argument's parser and what its values are.
+SWEEPS = (
+    (
+        "item_buckets",
+        "item_embed_buckets",
+        "ids",
+        common.int_list(0, "0,65536", "counts"),
+        "hashed item-embedding rows for the item-level retriever, e.g. 0,65536",
+    ),
+    (
+        "ema_decays",
+        "ema_decay",
+        "ema",
+        common.float_list(0.0, 1.0, "0,0.999", "decays"),
+        "parameter moving-average decays, e.g. 0,0.999 (0: none)",
+    ),
+    (
+        "cooc_distills",
+        "cooc_distill",
+        "teacher",
+        common.float_list(0.0, 1.0, "0,0.5", "weights"),
+        "co-occurrence teacher weights, e.g. 0,0.5 (0: none; not with packed rows)",
+    ),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_workdir_arg(parser)
     parser.add_argument("--split", choices=("loo", "cold"), default="loo")
@@ -77,37 +104,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="LAYERSxWIDTH,... (heads: width/32, MLP: 2 x width); default: the config's model",
     )
-    parser.add_argument(
-        "--item-buckets",
-        type=common.int_list(0, "0,65536", "counts"),
-        default=None,
-        help="hashed item-embedding rows for the item-level retriever, e.g. 0,65536 "
-        "(seqmodel.item_embed_buckets); default: the config's",
-    )
-    parser.add_argument(
-        "--ema-decays",
-        type=common.float_list(0.0, 1.0, "0,0.999", "decays"),
-        default=None,
-        help="parameter moving-average decays, e.g. 0,0.999 (seqmodel.ema_decay; 0: none); "
-        "default: the config's",
-    )
-    parser.add_argument(
-        "--cooc-distills",
-        type=common.float_list(0.0, 1.0, "0,0.5", "weights"),
-        default=None,
-        help="co-occurrence teacher weights, e.g. 0,0.5 (seqmodel.cooc_distill; 0: none; "
-        "not with packed rows); default: the config's",
-    )
+    for arg, field, _, parse, what in SWEEPS:
+        parser.add_argument(
+            "--" + arg.replace("_", "-"),
+            type=parse,
+            default=None,
+            help=f"{what} (seqmodel.{field}); default: the config's",
+        )
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
     common.add_config_args(parser)
-
-
-# Options timed side by side: argument name, config field, label in a variant's name.
-SWEEPS = (
-    ("item_buckets", "item_embed_buckets", "ids"),
-    ("ema_decays", "ema_decay", "ema"),
-    ("cooc_distills", "cooc_distill", "teacher"),
-)
 
 
 def _variants(cfg, layouts, sizes, archs=None, sweeps=None):
@@ -118,7 +123,8 @@ def _variants(cfg, layouts, sizes, archs=None, sweeps=None):
     archs = archs or (seq.arch,)
     sweeps = sweeps or {}
     axes = [
-        (field, label, sweeps.get(arg) or (getattr(seq, field),)) for arg, field, label in SWEEPS
+        (field, label, sweeps.get(arg) or (getattr(seq, field),))
+        for arg, field, label, *_ in SWEEPS
     ]
     for layers, width in shapes:
         for arch, *values in itertools.product(archs, *(vals for _, _, vals in axes)):
@@ -257,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
         args.sizes,
         args.steps,
         archs=args.archs,
-        sweeps={arg: getattr(args, arg) for arg, _, _ in SWEEPS},
+        sweeps={arg: getattr(args, arg) for arg, *_ in SWEEPS},
     )
     table = markdown(result)
     path = layout.results / f"bench_train_{split.name}.json"
