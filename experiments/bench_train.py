@@ -17,6 +17,8 @@ import functools
 import itertools
 import json
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -54,24 +56,32 @@ def _names(allowed: tuple[str, ...]):
     return parse
 
 
-# Options timed side by side: argument name, config field, label in a variant's name, the
-# argument's parser and what its values are.
+class Sweep(NamedTuple):
+    """One option timed side by side: its argument, config field and label in a variant's name."""
+
+    arg: str  # the argument's name (--item-buckets for item_buckets)
+    field: str  # the SeqModelConfig field it sets
+    label: str  # shown before the value in a variant's name
+    parse: Callable[[str], tuple]  # the argument's parser
+    help: str  # what its values are
+
+
 SWEEPS = (
-    (
+    Sweep(
         "item_buckets",
         "item_embed_buckets",
         "ids",
         common.int_list(0, "0,65536", "counts"),
         "hashed item-embedding rows for the item-level retriever, e.g. 0,65536",
     ),
-    (
+    Sweep(
         "ema_decays",
         "ema_decay",
         "ema",
         common.float_list(0.0, 1.0, "0,0.999", "decays"),
         "parameter moving-average decays, e.g. 0,0.999 (0: none)",
     ),
-    (
+    Sweep(
         "cooc_distills",
         "cooc_distill",
         "teacher",
@@ -104,12 +114,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="LAYERSxWIDTH,... (heads: width/32, MLP: 2 x width); default: the config's model",
     )
-    for arg, field, _, parse, what in SWEEPS:
+    for sweep in SWEEPS:
         parser.add_argument(
-            "--" + arg.replace("_", "-"),
-            type=parse,
+            "--" + sweep.arg.replace("_", "-"),
+            type=sweep.parse,
             default=None,
-            help=f"{what} (seqmodel.{field}); default: the config's",
+            help=f"{sweep.help} (seqmodel.{sweep.field}); default: the config's",
         )
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
     common.add_config_args(parser)
@@ -122,10 +132,7 @@ def _variants(cfg, layouts, sizes, archs=None, sweeps=None):
     shapes = sizes or ((seq.num_layers, seq.d_model),)
     archs = archs or (seq.arch,)
     sweeps = sweeps or {}
-    axes = [
-        (field, label, sweeps.get(arg) or (getattr(seq, field),))
-        for arg, field, label, *_ in SWEEPS
-    ]
+    axes = [(sw.field, sw.label, sweeps.get(sw.arg) or (getattr(seq, sw.field),)) for sw in SWEEPS]
     for layers, width in shapes:
         for arch, *values in itertools.product(archs, *(vals for _, _, vals in axes)):
             options = {field: val for (field, _, _), val in zip(axes, values, strict=True)}
@@ -263,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
         args.sizes,
         args.steps,
         archs=args.archs,
-        sweeps={arg: getattr(args, arg) for arg, *_ in SWEEPS},
+        sweeps={sw.arg: getattr(args, sw.arg) for sw in SWEEPS},
     )
     table = markdown(result)
     path = layout.results / f"bench_train_{split.name}.json"
