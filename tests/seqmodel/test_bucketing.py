@@ -13,9 +13,9 @@ from data.pipeline import BucketedBatches, HistorySource, bucket_widths
 from data.types import Histories
 from seqmodel.state import init_model
 from seqmodel.tokens import PAD, TokenizeExample, TokenSpace, sid_tokens
-from seqmodel.train import loss_fn, train_and_evaluate
+from seqmodel.train import loss_fn
 from tests.seqmodel.conftest import random_unique_sids
-from tests.seqmodel.test_train import CFG, LEVELS, N, V, _data
+from tests.seqmodel.test_train import CFG, LEVELS, N, V, _data, assert_resumes_exactly
 
 SPACE = TokenSpace(num_levels=LEVELS, codebook_size=V)
 BUCKETED = dataclasses.replace(CFG, layout="bucketed")
@@ -113,16 +113,7 @@ def test_widths_follow_the_length_quantiles():
 
 @pytest.mark.slow
 def test_bucketed_training_resumes_exactly(tmp_path):
-    data = _data()
-    straight = train_and_evaluate(BUCKETED, tmp_path / "a", data, show_progress=False)
-    first = train_and_evaluate(BUCKETED, tmp_path / "b", data, stop_after=2, show_progress=False)
-    assert first.summary["steps"] == 2
-    resumed = train_and_evaluate(BUCKETED, tmp_path / "b", data, show_progress=False)
-    assert resumed.summary["steps"] == straight.summary["steps"] == 4
-    a = jax.tree.leaves(jax.device_get(straight.state.params))
-    b = jax.tree.leaves(jax.device_get(resumed.state.params))
-    for x, y in zip(a, b, strict=True):
-        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+    assert assert_resumes_exactly(BUCKETED, tmp_path, _data()).resumed.summary["steps"] == 4
 
 
 def test_every_batch_divides_its_loss_by_the_mean_row_weight_of_the_epoch():

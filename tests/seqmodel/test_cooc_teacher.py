@@ -97,7 +97,7 @@ def test_off_by_default_and_out_of_the_fingerprint_until_on():
 def test_training_with_the_teacher_resumes_exactly(tmp_path, layout):
     cfg = dataclasses.replace(CFG, layout=layout, cooc_distill=0.5, cooc_neighbors=4)
     data = _data(cfg=cfg)
-    logged = assert_resumes_exactly(cfg, tmp_path, data)
+    logged = assert_resumes_exactly(cfg, tmp_path, data).logged
     plain = dataclasses.replace(cfg, cooc_distill=0.0)
     train_and_evaluate(plain, tmp_path / "c", data, show_progress=False)
     assert _logged(tmp_path / "c") != logged

@@ -12,9 +12,8 @@ from flax import nnx
 from seqmodel.config import SeqModelConfig
 from seqmodel.item_model import ItemDecoder
 from seqmodel.tokens import TokenizeExample, encode_history, sid_tokens
-from seqmodel.train import train_and_evaluate
 from tests.seqmodel.conftest import NUM_LEVELS, V, random_unique_sids
-from tests.seqmodel.test_train import CFG, _data, _logged, _params
+from tests.seqmodel.test_train import CFG, _data, assert_resumes_exactly
 
 L = NUM_LEVELS
 
@@ -128,15 +127,9 @@ def test_hashed_item_embedding_reads_every_level_and_reaches_the_states(tiny_cfg
 @pytest.mark.parametrize("layout", ["causal", "bucketed"])
 def test_item_arch_trains_resumes_and_decodes(tmp_path, layout):
     cfg = dataclasses.replace(CFG, arch="item", layout=layout)
-    data = _data(cfg=cfg)
-    straight = train_and_evaluate(cfg, tmp_path / "a", data, show_progress=False)
-    first = train_and_evaluate(cfg, tmp_path / "b", data, stop_after=2, show_progress=False)
-    resumed = train_and_evaluate(cfg, tmp_path / "b", data, show_progress=False)
-    assert first.summary["steps"] == 2 and resumed.summary["steps"] == 4
-    for a, b in zip(_params(straight), _params(resumed), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    rows = _logged(tmp_path / "a")
-    assert rows == _logged(tmp_path / "b")
+    run = assert_resumes_exactly(cfg, tmp_path, _data(cfg=cfg))
+    assert run.resumed.summary["steps"] == 4
+    rows = run.logged
     losses = [r["loss"] for r in rows if "loss" in r]
     assert all(np.isfinite(losses))
     if layout == "causal":  # bucketed batches divide by the epoch's mean weight, not their own

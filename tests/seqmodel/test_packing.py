@@ -3,7 +3,6 @@ loss of the causal layout."""
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -20,9 +19,9 @@ from seqmodel.tokens import (
     sid_tokens,
     training_example,
 )
-from seqmodel.train import loss_fn, packed_tokens, row_length, train_and_evaluate
+from seqmodel.train import loss_fn, packed_tokens, row_length
 from tests.seqmodel.conftest import random_unique_sids
-from tests.seqmodel.test_train import CFG, LEVELS, N, V, _data
+from tests.seqmodel.test_train import CFG, LEVELS, N, V, _data, assert_resumes_exactly
 
 SPACE = TokenSpace(num_levels=LEVELS, codebook_size=V)
 PACKED = dataclasses.replace(CFG, layout="packed", dropout=0.0)
@@ -145,14 +144,5 @@ def test_packed_layout_rejects_a_joint_draft_head():
 
 @pytest.mark.slow
 def test_packed_training_resumes_exactly(tmp_path):
-    data = _data()
     cfg = dataclasses.replace(PACKED, dropout=0.1)
-    straight = train_and_evaluate(cfg, tmp_path / "a", data, show_progress=False)
-    first = train_and_evaluate(cfg, tmp_path / "b", data, stop_after=2, show_progress=False)
-    assert first.summary["steps"] == 2
-    resumed = train_and_evaluate(cfg, tmp_path / "b", data, show_progress=False)
-    assert resumed.summary["steps"] == straight.summary["steps"] == 4
-    a = jax.tree.leaves(jax.device_get(straight.state.params))
-    b = jax.tree.leaves(jax.device_get(resumed.state.params))
-    for x, y in zip(a, b, strict=True):
-        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+    assert assert_resumes_exactly(cfg, tmp_path, _data()).resumed.summary["steps"] == 4

@@ -99,7 +99,7 @@ def test_training_with_tied_histories_resumes_exactly(tmp_path, layout):
     tr = data.train
     tied = Histories(offsets=tr.offsets, items=tr.items, times=tr.times // 2)  # pairs tie
     data = dataclasses.replace(data, train=tied)
-    logged = assert_resumes_exactly(cfg, tmp_path, data)
+    logged = assert_resumes_exactly(cfg, tmp_path, data).logged
     # The shuffled order is trained on: the losses differ from the same run without it.
     plain = dataclasses.replace(cfg, shuffle_ties=False)
     train_and_evaluate(plain, tmp_path / "c", data, show_progress=False)

@@ -1,6 +1,7 @@
 import dataclasses
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +25,7 @@ from seqmodel.tokens import (
     encode_histories,
     sid_tokens,
 )
-from seqmodel.train import loss_fn, train_and_evaluate
+from seqmodel.train import TrainResult, loss_fn, train_and_evaluate
 from tests.conftest import run_on_forced_cpu_devices
 from tests.seqmodel.conftest import random_unique_sids
 
@@ -85,30 +86,34 @@ def _params(result):
     return jax.tree.leaves(jax.device_get(result.state.params))
 
 
-def assert_resumes_exactly(cfg, root: Path, data) -> list[dict]:
+class Resumed(NamedTuple):
+    straight: TrainResult  # trained without a stop
+    first: TrainResult  # the other run, stopped after two steps
+    resumed: TrainResult  # the same run, resumed to the end
+    logged: list[dict]  # metrics.jsonl of either, timings aside
+
+
+def assert_resumes_exactly(cfg, root: Path, data, params=_params, same_log=True) -> Resumed:
     """Trains `cfg` straight through in root/a and, in root/b, stopped after two steps and
-    resumed: the same parameters and metrics.jsonl (timings aside). Returns root/a's rows."""
+    resumed: as many steps, the same parameters (`params` of each result) and, with `same_log`,
+    the same metrics.jsonl (timings aside; a stop validates, so not where eval_every skips 2)."""
     straight = train_and_evaluate(cfg, root / "a", data, show_progress=False)
-    train_and_evaluate(cfg, root / "b", data, stop_after=2, show_progress=False)
+    first = train_and_evaluate(cfg, root / "b", data, stop_after=2, show_progress=False)
     resumed = train_and_evaluate(cfg, root / "b", data, show_progress=False)
-    for a, b in zip(_params(straight), _params(resumed), strict=True):
+    assert first.summary["steps"] == 2
+    assert resumed.summary["steps"] == straight.summary["steps"]
+    for a, b in zip(params(straight), params(resumed), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     logged = _logged(root / "a")
-    assert logged == _logged(root / "b"), "resume changed losses or recalls"
-    return logged
+    if same_log:
+        assert logged == _logged(root / "b"), "resume changed losses or recalls"
+    return Resumed(straight, first, resumed, logged)
 
 
 @pytest.mark.slow
 def test_resume_after_two_steps_equals_uninterrupted_run(tmp_path):
-    data = _data()
-    straight = train_and_evaluate(CFG, tmp_path / "a", data, show_progress=False)
-    first = train_and_evaluate(CFG, tmp_path / "b", data, stop_after=2, show_progress=False)
-    assert first.summary["steps"] == 2
-    resumed = train_and_evaluate(CFG, tmp_path / "b", data, show_progress=False)
-    assert resumed.summary["steps"] == 4
-    for a, b in zip(_params(straight), _params(resumed), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    assert _logged(tmp_path / "a") == _logged(tmp_path / "b"), "resume changed losses or recalls"
+    run = assert_resumes_exactly(CFG, tmp_path, _data())
+    assert run.resumed.summary["steps"] == 4
     assert (tmp_path / "b" / "metrics.jsonl").stat().st_size > 0
     assert (tmp_path / "b" / "checkpoints" / "best").is_dir()
 
