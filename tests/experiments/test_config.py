@@ -11,6 +11,22 @@ def test_every_preset_loads():
         assert isinstance(cfg, config_lib.Config), name
 
 
+@pytest.mark.parametrize("dataset", ["beauty", "toys", "sports"])
+def test_long_presets_are_their_dataset_preset_with_the_teacher_recipe_and_six_seeds(dataset):
+    """What was measured by hand (`--config D_item_cf --set ...`) is what `D_item_cf_long` runs."""
+    base = config_lib.load_preset(f"{dataset}_item_cf")
+    by_hand = config_lib.apply_overrides(
+        base,
+        [
+            "seqmodel.dropout=0.3",
+            "seqmodel.cooc_distill=0.5",
+            "eval.warm_ensemble_seeds=1,2,3,4,5",
+            f"name={dataset}_item_cf_long",
+        ],
+    )
+    assert config_lib.load_preset(f"{dataset}_item_cf_long") == by_hand
+
+
 def test_typed_overrides():
     cfg = config_lib.load_preset("tiny")
     cfg = config_lib.apply_overrides(

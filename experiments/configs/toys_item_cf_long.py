@@ -1,0 +1,18 @@
+"""Toys with `beauty_item_cf_long`'s settings (chosen on Beauty's validation split only;
+run untuned).
+
+`toys_item_cf` with dropout 0.3, the co-occurrence teacher (`seqmodel.cooc_distill=0.5`) and six
+retriever seeds as one ensemble: issue 17's `-long` preset, past the 60-minute budget.
+Command: `genret pipeline --dataset toys --config toys_item_cf_long --workdir W`.
+docs/RESULTS.md.
+"""
+
+import dataclasses
+
+from experiments.config import Config
+from experiments.configs import beauty_item_cf, beauty_item_cf_long, toys
+
+
+def get_config() -> Config:
+    cfg = beauty_item_cf_long.long_recipe(beauty_item_cf.collaborative(toys.get_config()))
+    return dataclasses.replace(cfg, name="toys_item_cf_long")
