@@ -17,19 +17,19 @@ Command: `genret pipeline --dataset beauty --config beauty_item_cf_long --workdi
 import dataclasses
 
 from experiments.config import Config
-from experiments.configs import beauty, beauty_item_cf
+from experiments.configs import beauty_item_cf
 
 
 def long_recipe(cfg: Config) -> Config:
-    """`cfg` (a `*_item_cf` preset) with this preset's retriever recipe and six seeds."""
+    """`cfg` (a `*_item_cf` preset) with this preset's retriever recipe and six seeds, named
+    `<its name>_long`."""
     return dataclasses.replace(
         cfg,
+        name=f"{cfg.name}_long",
         seqmodel=dataclasses.replace(cfg.seqmodel, dropout=0.3, cooc_distill=0.5),
         eval=dataclasses.replace(cfg.eval, warm_ensemble_seeds=(1, 2, 3, 4, 5)),
     )
 
 
 def get_config() -> Config:
-    return dataclasses.replace(
-        long_recipe(beauty_item_cf.collaborative(beauty.get_config())), name="beauty_item_cf_long"
-    )
+    return long_recipe(beauty_item_cf.get_config())

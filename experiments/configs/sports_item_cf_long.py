@@ -7,12 +7,9 @@ Command: `genret pipeline --dataset sports --config sports_item_cf_long --workdi
 docs/RESULTS.md.
 """
 
-import dataclasses
-
 from experiments.config import Config
-from experiments.configs import beauty_item_cf, beauty_item_cf_long, sports
+from experiments.configs import beauty_item_cf_long, sports_item_cf
 
 
 def get_config() -> Config:
-    cfg = beauty_item_cf_long.long_recipe(beauty_item_cf.collaborative(sports.get_config()))
-    return dataclasses.replace(cfg, name="sports_item_cf_long")
+    return beauty_item_cf_long.long_recipe(sports_item_cf.get_config())

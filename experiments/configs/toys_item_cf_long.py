@@ -7,12 +7,9 @@ Command: `genret pipeline --dataset toys --config toys_item_cf_long --workdir W`
 docs/RESULTS.md.
 """
 
-import dataclasses
-
 from experiments.config import Config
-from experiments.configs import beauty_item_cf, beauty_item_cf_long, toys
+from experiments.configs import beauty_item_cf_long, toys_item_cf
 
 
 def get_config() -> Config:
-    cfg = beauty_item_cf_long.long_recipe(beauty_item_cf.collaborative(toys.get_config()))
-    return dataclasses.replace(cfg, name="toys_item_cf_long")
+    return beauty_item_cf_long.long_recipe(toys_item_cf.get_config())
