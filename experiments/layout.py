@@ -203,6 +203,11 @@ class RunLayout:
     def sasrec_result(self) -> Path:
         return self.results / "sasrec.json"
 
+    @property
+    def validation_sasrec_result(self) -> Path:
+        """`genret sasrec --validation`: every user's second-to-last item (tuning)."""
+        return self.results / "validation_sasrec.json"
+
     def diagnose_result(self, fraction: float) -> Path:
         return self.results / f"validation_diagnose_{fraction:g}.json"
 

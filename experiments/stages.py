@@ -175,10 +175,13 @@ def write_report(cfg: Config, layout: RunLayout) -> Written:
     return Written(tuple(paths), {"report": str(layout.report)})
 
 
-def sasrec(cfg: Config, layout: RunLayout, *, progress: bool = True) -> Written:
+def sasrec(
+    cfg: Config, layout: RunLayout, *, validation: bool = False, progress: bool = True
+) -> Written:
     """The SASRec baseline on TIGER's leave-one-out split: trained (or resumed) on all but each
     user's last two items, early-stopped on a sample of second-to-last items, then ranked over
-    the full catalog for every test user (Recall/NDCG@5/10)."""
+    the full catalog for every test user (Recall/NDCG@5/10); with `validation`, for every
+    user's second-to-last item instead, and the test targets are not read."""
     from data.splits import leave_one_out
     from experiments import metrics
     from seqmodel import sasrec as sasrec_lib
@@ -198,16 +201,23 @@ def sasrec(cfg: Config, layout: RunLayout, *, progress: bool = True) -> Written:
         len(ds.catalog),
         show_progress=progress,
     )
+    if validation:
+        histories, targets = split.valid_histories, split.valid_targets
+        out = layout.validation_sasrec_result
+    else:
+        histories, targets = split.test_histories, split.test_targets
+        out = layout.sasrec_result
     start = time.perf_counter()
-    test_items = sasrec_lib.encode_items(split.test_histories, seq.max_history)
-    pred = sasrec_lib.top_k(graphdef, params, test_items, k=10, batch_size=256)
+    ranked = sasrec_lib.encode_items(histories, seq.max_history)
+    pred = sasrec_lib.top_k(graphdef, params, ranked, k=10, batch_size=256)
     seconds = (time.perf_counter() - start) / len(pred)
     result = {
         "dataset": cfg.data.dataset,
+        "split": "validation" if validation else "test",
         "num_test_users": int(len(pred)),
         "methods": {
             "sasrec": {
-                **metrics.ranking_metrics(pred, split.test_targets, ks=(5, 10), ndcg_ks=(5, 10)),
+                **metrics.ranking_metrics(pred, targets, ks=(5, 10), ndcg_ks=(5, 10)),
                 "latency_ms_median": 1000 * seconds,
             }
         },
@@ -215,5 +225,5 @@ def sasrec(cfg: Config, layout: RunLayout, *, progress: bool = True) -> Written:
         "seed": seq.seed,
         "environment": environment(),
     }
-    atomic.write_json(layout.sasrec_result, result)
-    return Written((layout.sasrec_result,), result)
+    atomic.write_json(out, result)
+    return Written((out,), result)

@@ -11,7 +11,8 @@ from seqmodel.draft import DraftHead
 from seqmodel.tokens import NUM_SPECIAL, PAD, TokenSpace
 
 
-def _dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
+def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
+    """Inverted dropout of `x` at `rate`; the identity without a key (evaluation)."""
     if key is None or rate == 0.0:
         return x
     keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
@@ -80,10 +81,10 @@ class DecoderBlock(nnx.Module):
     def __call__(self, x, positions, mask, key=None, cache_kv=None, write_index=None):
         k1, k2 = jax.random.split(key) if key is not None else (None, None)
         y, kv = self.attn(self.norm1(x), positions, mask, cache_kv, write_index)
-        x = x + _dropout(y, self.rate, k1)
+        x = x + dropout(y, self.rate, k1)
         h = self.norm2(x)
         y = self.down(jax.nn.silu(self.gate(h)) * self.up(h))
-        return x + _dropout(y, self.rate, k2), kv
+        return x + dropout(y, self.rate, k2), kv
 
 
 @flax.struct.dataclass

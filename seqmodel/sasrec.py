@@ -26,7 +26,7 @@ from data.types import Histories
 from seqmodel.checkpoint import Checkpoints, record_validation
 from seqmodel.config import SeqModelConfig
 from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE, SUMMARY_FILE
-from seqmodel.model import DecoderBlock, RMSNorm
+from seqmodel.model import DecoderBlock, RMSNorm, dropout
 from seqmodel.state import TrainState, make_optimizer
 
 PAD_ITEM = 0  # item i is id i + 1
@@ -41,22 +41,34 @@ class SASRec(nnx.Module):
         self.blocks = nnx.List([DecoderBlock(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.d_model, rngs=rngs)
 
-    def __call__(
+    def hidden(
         self, items: Int[Array, "B T"], dropout_key: jax.Array | None = None
-    ) -> Float[Array, "B T N"]:
-        """Scores of every catalog item as the next item, at every position."""
+    ) -> Float[Array, "B T D"]:
+        """The normed state after each position, from which every item is scored."""
         B, T = items.shape
         positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
         valid = items != PAD_ITEM
         # Causal over real items; a PAD query sees itself so that its softmax stays finite.
         causal = jnp.tril(jnp.ones((T, T), bool))[None]
         mask = (causal & valid[:, None, :]) | jnp.eye(T, dtype=bool)[None]
-        x = self.embed(items)
-        for i, block in enumerate(self.blocks):
-            key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
+        # SASRec drops out the input embeddings too, at the blocks' rate.
+        keys = (None,) * (len(self.blocks) + 1)
+        if dropout_key is not None:
+            keys = jax.random.split(dropout_key, len(self.blocks) + 1)
+        x = dropout(self.embed(items), self.cfg.dropout, keys[-1])
+        for block, key in zip(self.blocks, keys, strict=False):
             x, _ = block(x, positions, mask, key)
-        # Tied output: an item's score is its embedding's dot product with the state (SASRec).
-        return self.norm(x) @ self.embed.embedding[1:].T
+        return self.norm(x)
+
+    def scores(self, h: Float[Array, "*B D"]) -> Float[Array, "*B N"]:
+        """Tied output: an item's score is its embedding's dot product with the state (SASRec)."""
+        return h @ self.embed.embedding[1:].T
+
+    def __call__(
+        self, items: Int[Array, "B T"], dropout_key: jax.Array | None = None
+    ) -> Float[Array, "B T N"]:
+        """Scores of every catalog item as the next item, at every position."""
+        return self.scores(self.hidden(items, dropout_key))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,17 +97,38 @@ def encode_items(h: Histories, max_len: int) -> Int[np.ndarray, "U T"]:
     return out
 
 
+def capacity(real: int, slots: int) -> int:
+    """How many positions a batch with `real` weighted positions out of `slots` scores: `real`
+    rounded up to an eighth of `slots`, so at most eight step shapes ever compile."""
+    unit = max(1, -(-slots // 8))
+    return min(slots, max(unit, -(-real // unit) * unit))
+
+
 def loss_fn(
-    params: nnx.State, graphdef: nnx.GraphDef, batch: dict, dropout_key: jax.Array | None
+    params: nnx.State,
+    graphdef: nnx.GraphDef,
+    batch: dict,
+    dropout_key: jax.Array | None,
+    slots: int,
 ) -> tuple[Float[Array, ""], dict]:
-    """Mean cross-entropy of the next item over the full catalog, at every real position."""
+    """Mean cross-entropy of the next item over the full catalog, at every real position.
+
+    Only the first `slots` real positions (row-major) are scored: the [positions, N] logits are
+    most of a step's work, and most positions of a short history's window are padding. The caller
+    gives `slots` >= the batch's real positions (`capacity`), so the loss is the full one.
+    """
     model = nnx.merge(graphdef, params)
-    logits = model(batch["inputs"], dropout_key).astype(jnp.float32)
-    target = jnp.maximum(batch["targets"] - 1, 0)
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, target)
-    w = batch["weights"].astype(jnp.float32)
-    count = w.sum()
-    return (nll * w).sum() / jnp.maximum(count, 1.0), {"count": count}
+    h_BTD = model.hidden(batch["inputs"], dropout_key)
+    B, T, D = h_BTD.shape
+    w_P = batch["weights"].reshape(B * T)
+    pos_S = jnp.nonzero(w_P, size=slots, fill_value=0)[0]
+    logits_SN = model.scores(h_BTD.reshape(B * T, D)[pos_S]).astype(jnp.float32)
+    target_S = jnp.maximum(batch["targets"].reshape(B * T)[pos_S] - 1, 0)
+    nll_S = optax.softmax_cross_entropy_with_integer_labels(logits_SN, target_S)
+    count = w_P.sum()
+    # Slots past the real count repeat position 0 (the fill value): weight 0.
+    w_S = (jnp.arange(slots) < count).astype(jnp.float32)
+    return (nll_S * w_S).sum() / jnp.maximum(count, 1).astype(jnp.float32), {"count": count}
 
 
 def train_step(
@@ -104,10 +137,12 @@ def train_step(
     seed: int,
     state: TrainState,
     batch: dict,
+    slots: int,
 ) -> tuple[TrainState, dict]:
     """One AdamW step; dropout keys derive from (seed, step) so a resumed run replays exactly."""
     key = jax.random.fold_in(jax.random.key(seed), state.step)
-    (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, graphdef, batch, key)
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    (loss, _), grads = grad_fn(state.params, graphdef, batch, key, slots)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), {"loss": loss}
@@ -188,14 +223,18 @@ def train_and_evaluate(
             state, progress = restored
     step = int(jax.device_get(state.step))
     step_fn = jax.jit(
-        functools.partial(train_step, graphdef, tx, cfg.seed), donate_argnames="state"
+        functools.partial(train_step, graphdef, tx, cfg.seed),
+        donate_argnames="state",
+        static_argnames="slots",
     )
     valid_items = encode_items(valid_histories, cfg.max_history)
     end = total if stop_after is None else min(total, stop_after)
     bar = tqdm(total=total, initial=step, desc="sasrec", unit="step", disable=not show_progress)
     t0, seconds = time.perf_counter(), 0.0
     while step < end and not progress["stopped"]:
-        state, metrics = step_fn(state, jax.device_put(next(iterator)))
+        batch = next(iterator)
+        slots = capacity(int(batch["weights"].sum()), batch["weights"].size)
+        state, metrics = step_fn(state, jax.device_put(batch), slots=slots)
         step += 1
         bar.update(1)
         if step % cfg.eval_every == 0 or step == end:

@@ -95,3 +95,27 @@ def test_ensemble_averages_retrievers_of_the_same_sids(workdir: Path, tmp_path, 
         == 1
     )
     assert "--ensemble" in capsys.readouterr().err
+
+
+def test_sasrec_validation_ranks_second_to_last_items(workdir: Path, capsys):  # noqa: F811
+    w = str(workdir)
+    fast = [
+        *("--set", "sasrec.num_layers=1", "--set", "sasrec.d_model=16"),
+        *("--set", "sasrec.mlp_dim=32", "--set", "sasrec.batch_size=16"),
+        *("--set", "sasrec.max_steps=4", "--set", "sasrec.eval_every=2"),
+        *("--set", "sasrec.eval_users=20"),
+    ]
+    assert cli.main(["sasrec", "--workdir", w, "--validation", "--no-progress", *fast]) == 0
+    res = json.loads((workdir / "results" / "validation_sasrec.json").read_text())
+    assert res["split"] == "validation" and res["train"]["steps"] == 4
+    assert not (workdir / "results" / "sasrec.json").exists()  # the test result is untouched
+    split = leave_one_out(load_prepared(workdir / "prepared"))
+    assert res["num_test_users"] == len(split.valid_targets)
+    assert 0 <= res["methods"]["sasrec"]["recall@10"] <= 1
+    # The same trained model then ranks the test targets (restored, not retrained).
+    assert cli.main(["sasrec", "--workdir", w, "--no-progress", *fast]) == 0
+    test = json.loads((workdir / "results" / "sasrec.json").read_text())
+    assert test["split"] == "test" and test["train"]["train_seconds_this_run"] == 0.0
+    del test["train"]["train_seconds_this_run"], res["train"]["train_seconds_this_run"]
+    assert test["train"] == res["train"]
+    assert test["num_test_users"] == len(split.test_targets)

@@ -45,6 +45,44 @@ def test_output_at_t_ignores_later_items_and_uses_earlier_ones():
     assert model(items).shape == (1, 6, N)
 
 
+def test_capacity_covers_the_real_positions_in_eighths():
+    assert sasrec.capacity(0, 160) == 20 and sasrec.capacity(20, 160) == 20
+    assert sasrec.capacity(21, 160) == 40 and sasrec.capacity(160, 160) == 160
+    assert sasrec.capacity(5, 6) == 5  # slots under eight: one unit per slot
+    assert all(real <= sasrec.capacity(real, 100) <= 100 for real in range(101))
+    assert len({sasrec.capacity(real, 100) for real in range(101)}) <= 8
+
+
+def test_loss_over_gathered_positions_equals_the_full_loss():
+    """Scoring only the real positions is an optimisation: the loss is the mean over every
+    weighted position of the full [B, T, N] logits, at the capacity and at every slot."""
+    model = _model()
+    graphdef, params = nnx.split(model)
+    rng = np.random.default_rng(0)
+    rows = [sasrec.NextItems(6).map({"items": rng.integers(0, N, n)}) for n in (2, 4, 7, 3)]
+    batch = {k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]}
+    logits = np.asarray(model(batch["inputs"]), np.float64)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    t = np.maximum(np.asarray(batch["targets"]) - 1, 0)
+    nll = -np.take_along_axis(logp, t[..., None], -1)[..., 0]
+    weights = np.asarray(batch["weights"])
+    want = nll[weights].mean()
+    real = int(weights.sum())
+    for slots in (sasrec.capacity(real, weights.size), weights.size):
+        got, aux = sasrec.loss_fn(params, graphdef, batch, None, slots)
+        assert int(aux["count"]) == real
+        np.testing.assert_allclose(float(got), want, rtol=1e-5, err_msg=f"slots={slots}")
+
+
+def test_dropout_reaches_the_input_embeddings():
+    model = sasrec.SASRec(dataclasses.replace(CFG, dropout=0.5), N, rngs=nnx.Rngs(0))
+    for block in model.blocks:
+        block.rate = 0.0  # only the embedding dropout can make the keyed pass differ
+    items = jnp.array([[1, 2, 3, 4, 5, 6]])
+    dropped = model.hidden(items, jax.random.key(0))
+    assert not np.allclose(dropped, model.hidden(items))
+
+
 def test_next_items_example_layout():
     ex = sasrec.NextItems(4).map({"items": np.array([5, 6, 7], np.int32)})
     # ids are item + 1; inputs predict the following item; left padding carries no weight
