@@ -25,9 +25,10 @@ from data.pipeline import HistorySource, batches, padded_batches
 from data.types import Histories
 from seqmodel.checkpoint import Checkpoints, record_validation
 from seqmodel.config import SeqModelConfig
-from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE, SUMMARY_FILE
+from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 from seqmodel.model import DecoderBlock, RMSNorm, dropout
 from seqmodel.state import TrainState, make_optimizer
+from seqmodel.train import append_metrics, read_metrics
 
 PAD_ITEM = 0  # item i is id i + 1
 
@@ -214,6 +215,7 @@ def train_and_evaluate(
         tqdm.write(f"{workdir}: config or data changed since it was trained; retraining it")
         shutil.rmtree(workdir / CHECKPOINTS_DIR, ignore_errors=True)
         (workdir / SUMMARY_FILE).unlink(missing_ok=True)
+        (workdir / METRICS_FILE).unlink(missing_ok=True)
     atomic.write_json(info_path, {"sasrec": dataclasses.asdict(cfg), "inputs": key})
     ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
     progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
@@ -222,6 +224,11 @@ def train_and_evaluate(
         if restored is not None:
             state, progress = restored
     step = int(jax.device_get(state.step))
+    # The log of a resumed run: its rows up to the restored step, so none is written twice.
+    metrics_path = workdir / METRICS_FILE
+    logged = read_metrics(metrics_path, step)
+    atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in logged))
+    seconds_before = max((r.get("train_seconds", 0.0) for r in logged), default=0.0)
     step_fn = jax.jit(
         functools.partial(train_step, graphdef, tx, cfg.seed),
         donate_argnames="state",
@@ -243,6 +250,8 @@ def train_and_evaluate(
             recall = _recall(pred, valid_targets)
             better = record_validation(progress, step, recall, cfg.patience)
             ckpts.save(step, state, iterator, dict(progress), best=better)
+            row = {"step": step, "loss": float(metrics["loss"]), "valid_recall@10": recall}
+            append_metrics(metrics_path, [{**row, "train_seconds": seconds_before + seconds}])
             bar.set_postfix(loss=f"{float(metrics['loss']):.3f}", recall10=f"{recall:.4f}")
             t0 = time.perf_counter()
     bar.close()

@@ -265,7 +265,8 @@ def read_metrics(path: Path, upto_step: int | None = None) -> list[dict]:
     return rows
 
 
-def _append(path: Path, rows: list[dict]) -> None:
+def append_metrics(path: Path, rows: list[dict]) -> None:
+    """Adds rows to a metrics log (one JSON object a line)."""
     with open(path, "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
 
@@ -371,7 +372,7 @@ def train_and_evaluate(
                 window[-1]["train_seconds"] = seconds_before + train_seconds
                 window.append(validate_and_save(step))
                 if lead:
-                    _append(metrics_path, window)
+                    append_metrics(metrics_path, window)
                 bar.set_postfix(
                     loss=f"{window[-2]['loss']:.3f}",
                     tok_s=f"{tps:,.0f}",

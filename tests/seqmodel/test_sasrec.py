@@ -11,6 +11,7 @@ from flax import nnx
 from data.types import Histories
 from seqmodel import sasrec
 from seqmodel.config import SeqModelConfig
+from seqmodel.train import read_metrics
 
 CFG = SeqModelConfig(
     num_layers=1,
@@ -114,6 +115,13 @@ def test_two_steps_then_restore_equals_four_straight(tmp_path):
     assert s1["steps"] == s2["steps"] == 4
     for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    # One log row per validation, none written twice by the resume; the same losses and recalls.
+    logs = [read_metrics(tmp_path / d / "metrics.jsonl") for d in "ab"]
+    for rows in logs:
+        assert [r["step"] for r in rows] == [2, 4]
+        for r in rows:
+            del r["train_seconds"]
+    assert logs[0] == logs[1]
 
 
 def test_top_k_is_the_full_ranking_of_the_last_position():
