@@ -1,0 +1,45 @@
+"""Ranks the full leave-one-out validation split with the best checkpoint a SASRec run has saved so
+far (`genret sasrec` ranks only once training ends; this reads a run that was stopped, or is still
+training, without changing it). Prints Recall/NDCG@5/10 in percent and the checkpoint's step.
+
+Usage: python docs/scripts/sasrec_best_so_far.py WORKDIR [--set KEY=VALUE ...]
+(the same --config/--set as the `genret sasrec` run, so that the model's shapes match)
+"""
+
+import argparse
+
+import jax
+import numpy as np
+
+from data.splits import leave_one_out
+from experiments import common, metrics
+from experiments.artifacts import load_dataset
+from seqmodel import sasrec
+from seqmodel.checkpoint import Checkpoints
+from seqmodel.files import CHECKPOINTS_DIR
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common.add_workdir_arg(parser)
+    common.add_config_args(parser)
+    args = parser.parse_args()
+    layout = common.layout_of(args)
+    seq = common.resolve_config(args, layout).sasrec
+    ds = load_dataset(layout)
+    split = leave_one_out(ds)
+    graphdef, _, state = sasrec.new_state(seq, len(ds.catalog), 1)
+    ckpts = Checkpoints(layout.sasrec / CHECKPOINTS_DIR)
+    best = ckpts.restore_best_params(jax.eval_shape(lambda: state))
+    ckpts.close()
+    items = sasrec.encode_items(split.valid_histories, seq.max_history)
+    pred = sasrec.top_k(graphdef, best.params, items, k=10, batch_size=256)
+    m = metrics.ranking_metrics(pred, split.valid_targets, ks=(5, 10), ndcg_ks=(5, 10))
+    step = int(np.asarray(best.step))
+    print(f"{layout.root}: best checkpoint at step {step}, {len(pred)} validation users")
+    keys = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")
+    print(" / ".join(f"{k} {100 * m[k]:.2f}" for k in keys))
+
+
+if __name__ == "__main__":
+    main()
