@@ -1,8 +1,9 @@
-"""Ranks the full leave-one-out validation split with the best checkpoint a SASRec run has saved so
-far (`genret sasrec` ranks only once training ends; this reads a run that was stopped, or is still
-training, without changing it). Prints Recall/NDCG@5/10 in percent and the checkpoint's step.
+"""Ranks the full leave-one-out validation split (with --test, the test split) with the best
+checkpoint a SASRec run has saved so far: `genret sasrec` ranks only once training ends; this reads
+a run that was stopped, or is still training, without changing it. Prints Recall/NDCG@5/10
+in percent and the checkpoint's step.
 
-Usage: python docs/scripts/sasrec_best_so_far.py WORKDIR [--set KEY=VALUE ...]
+Usage: python docs/scripts/sasrec_best_so_far.py --workdir W [--test] [--config P] [--set K=V ...]
 (the same --config/--set as the `genret sasrec` run, so that the model's shapes match)
 """
 
@@ -23,6 +24,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_workdir_arg(parser)
     common.add_config_args(parser)
+    parser.add_argument("--test", action="store_true", help="rank the test split instead")
     args = parser.parse_args()
     layout = common.layout_of(args)
     seq = common.resolve_config(args, layout).sasrec
@@ -32,11 +34,15 @@ def main() -> None:
     ckpts = Checkpoints(layout.sasrec / CHECKPOINTS_DIR)
     best = ckpts.restore_best_params(jax.eval_shape(lambda: state))
     ckpts.close()
-    items = sasrec.encode_items(split.valid_histories, seq.max_history)
+    histories, targets = split.valid_histories, split.valid_targets
+    if args.test:
+        histories, targets = split.test_histories, split.test_targets
+    items = sasrec.encode_items(histories, seq.max_history)
     pred = sasrec.top_k(graphdef, best.params, items, k=10, batch_size=256)
-    m = metrics.ranking_metrics(pred, split.valid_targets, ks=(5, 10), ndcg_ks=(5, 10))
+    m = metrics.ranking_metrics(pred, targets, ks=(5, 10), ndcg_ks=(5, 10))
     step = int(np.asarray(best.step))
-    print(f"{layout.root}: best checkpoint at step {step}, {len(pred)} validation users")
+    which = "test" if args.test else "validation"
+    print(f"{layout.root}: best checkpoint at step {step}, {len(pred)} {which} users")
     keys = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")
     print(" / ".join(f"{k} {100 * m[k]:.2f}" for k in keys))
 
