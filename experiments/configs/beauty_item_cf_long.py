@@ -9,7 +9,7 @@ Beauty's full validation split for the retriever alone (runs/logs/s20_rules.txt,
 (NDCG@10 6.07 against 6.15%): the teacher already holds the pairs that the prior adds, so the
 default presets keep the old recipe and this one is for the retriever's own numbers.
 
-Cost: six trainings of 795-807 s of loop each on the quiet 2-core CPU, about 80 minutes (session
+Cost: six trainings of about 800 s of loop each on the quiet 2-core CPU, about 80 minutes (session
 21's pipeline from an empty work directory: test 5.26 / 3.60 / 8.02 / 4.49, equal to the hand-made
 six seeds; docs/BENCHMARKS.md, "End to end").
 Command: `genret pipeline --dataset beauty --config beauty_item_cf_long --workdir W`.
