@@ -4,8 +4,6 @@ as the generative retriever."""
 
 import dataclasses
 import functools
-import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -23,12 +21,12 @@ from data import atomic
 from data.fingerprint import fingerprint
 from data.pipeline import HistorySource, batches, padded_batches
 from data.types import Histories
-from seqmodel.checkpoint import Checkpoints, record_validation
+from seqmodel.checkpoint import record_validation
 from seqmodel.config import SeqModelConfig
-from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
+from seqmodel.files import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 from seqmodel.model import DecoderBlock, RMSNorm, dropout
 from seqmodel.state import TrainState, make_optimizer
-from seqmodel.train import append_metrics, read_metrics
+from seqmodel.train import append_metrics, read_metrics, start_or_resume
 
 PAD_ITEM = 0  # item i is id i + 1
 
@@ -203,32 +201,21 @@ def train_and_evaluate(
         batches(source, NextItems(cfg.max_history), batch_size=cfg.batch_size, seed=cfg.seed)
     )
     graphdef, tx, state = new_state(cfg, num_items, total)
-    # The one policy when inputs change under an artifact: say so, and retrain from scratch.
     key = fingerprint(
         dataclasses.asdict(cfg),
         num_items,
         arrays=(train.items, train.offsets, valid_histories.items, valid_targets),
     )
-    info_path = workdir / MODEL_FILE
-    saved = json.loads(info_path.read_text()).get("inputs") if info_path.exists() else None
-    if saved != key and (workdir / CHECKPOINTS_DIR).exists():
-        tqdm.write(f"{workdir}: config or data changed since it was trained; retraining it")
-        shutil.rmtree(workdir / CHECKPOINTS_DIR, ignore_errors=True)
-        (workdir / SUMMARY_FILE).unlink(missing_ok=True)
-        (workdir / METRICS_FILE).unlink(missing_ok=True)
-    atomic.write_json(info_path, {"sasrec": dataclasses.asdict(cfg), "inputs": key})
-    ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
-    progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
-    if ckpts.latest_step() is not None:
-        restored = ckpts.restore_latest(jax.eval_shape(lambda: state), iterator)
-        if restored is not None:
-            state, progress = restored
-    step = int(jax.device_get(state.step))
-    # The log of a resumed run: its rows up to the restored step, so none is written twice.
+    info = {"sasrec": dataclasses.asdict(cfg), "inputs": key}
+    # The retriever's policy: other inputs retrain from scratch (one line), else resume, with the
+    # metrics log cut back to the restored step.
+    ckpts, state, progress, step = start_or_resume(
+        workdir, MODEL_FILE, info, state, iterator, lead=True, what="config or data"
+    )
     metrics_path = workdir / METRICS_FILE
-    logged = read_metrics(metrics_path, step)
-    atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in logged))
-    seconds_before = max((r.get("train_seconds", 0.0) for r in logged), default=0.0)
+    seconds_before = max(
+        (r.get("train_seconds", 0.0) for r in read_metrics(metrics_path, step)), default=0.0
+    )
     step_fn = jax.jit(
         functools.partial(train_step, graphdef, tx, cfg.seed),
         donate_argnames="state",
