@@ -164,7 +164,7 @@ def train_draft(
         "retriever": retriever_key,
         "inputs": fingerprint(dataclasses.asdict(cfg), retriever_key, arrays=arrays),
     }
-    ckpts, state, progress, step = start_or_resume(
+    ckpts, state, progress, step, _ = start_or_resume(
         workdir,
         DRAFT_FILE,
         info,

@@ -26,7 +26,7 @@ from seqmodel.config import SeqModelConfig
 from seqmodel.files import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 from seqmodel.model import DecoderBlock, RMSNorm, dropout
 from seqmodel.state import TrainState, make_optimizer
-from seqmodel.train import append_metrics, read_metrics, start_or_resume
+from seqmodel.train import append_metrics, start_or_resume
 
 PAD_ITEM = 0  # item i is id i + 1
 
@@ -209,13 +209,10 @@ def train_and_evaluate(
     info = {"sasrec": dataclasses.asdict(cfg), "inputs": key}
     # The retriever's policy: other inputs retrain from scratch (one line), else resume, with the
     # metrics log cut back to the restored step.
-    ckpts, state, progress, step = start_or_resume(
+    ckpts, state, progress, step, seconds_before = start_or_resume(
         workdir, MODEL_FILE, info, state, iterator, lead=True, what="config or data"
     )
     metrics_path = workdir / METRICS_FILE
-    seconds_before = max(
-        (r.get("train_seconds", 0.0) for r in read_metrics(metrics_path, step)), default=0.0
-    )
     step_fn = jax.jit(
         functools.partial(train_step, graphdef, tx, cfg.seed),
         donate_argnames="state",

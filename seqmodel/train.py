@@ -199,7 +199,9 @@ def inputs_fingerprint(cfg: SeqModelConfig, data: RetrieverData) -> str:
 def start_or_resume(
     workdir: Path, info_file: str, info: dict, state, iterator, *, lead: bool, what: str
 ):
-    """(checkpoints, state, progress, step) of a run in `workdir`, described by `info`.
+    """(checkpoints, state, progress, step, seconds_before) of a run in `workdir`, described by
+    `info`; seconds_before: the training seconds its metrics log holds up to the resumed step, so a
+    resumed run's clock counts the whole run.
 
     A run made from other inputs (info["inputs"] differs from the one in `info_file`) is dropped
     with one line; otherwise the newest checkpoint that restores is resumed (None restores: each
@@ -238,7 +240,8 @@ def start_or_resume(
     if lead:
         atomic.write_json(path, {**info, "environments": envs})
         atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
-    return ckpts, state, progress, step
+    seconds_before = max((r.get("train_seconds", 0.0) for r in rows), default=0.0)
+    return ckpts, state, progress, step, seconds_before
 
 
 def _environments(info_path: Path) -> list[dict]:
@@ -304,14 +307,10 @@ def train_and_evaluate(
         "codebook_size": V,
         "inputs": inputs_fingerprint(cfg, data),
     }
-    ckpts, state, progress, step = start_or_resume(
+    ckpts, state, progress, step, seconds_before = start_or_resume(
         workdir, MODEL_FILE, info, state, iterator, lead=lead, what="config, SIDs or split"
     )
     metrics_path = workdir / METRICS_FILE
-    # Training seconds before this run (a resumed one), so the log's clock counts the whole run.
-    seconds_before = max(
-        (r.get("train_seconds", 0.0) for r in read_metrics(metrics_path, step)), default=0.0
-    )
 
     step_fn = jax.jit(
         functools.partial(train_step, graphdef, tx, cfg.seed), donate_argnames="state"
