@@ -65,6 +65,15 @@ class GenretInteractions(tfds.core.GeneratorBasedBuilder):
         self._read_options = read_options or {}
         super().__init__(**kwargs)
 
+    # TFDS prints "Downloading and preparing dataset ... to <temporary folder>" and "downloaded and
+    # prepared" on stdout: nothing is downloaded here and the folder is renamed afterwards, so the
+    # lines would mislead. The pipeline's own "[prepare]" line says what happens.
+    def _log_download_bytes(self) -> None:
+        pass
+
+    def _log_download_done(self) -> None:
+        pass
+
     def _info(self) -> tfds.core.DatasetInfo:
         if self.builder_config.name == "users":
             features = {

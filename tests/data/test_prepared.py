@@ -42,9 +42,11 @@ def test_progress_switch_hides_tfds_bars_and_restores_it(tiny_raw, tmp_path, cap
 
     before = tqdm_utils._active
     prepared.prepare(CFG, tiny_raw, tmp_path / "prepared", progress=progress)
-    err = capfd.readouterr().err
+    out, err = capfd.readouterr()
     assert ("Generating splits" in err) == (progress and before)
     assert tqdm_utils._active == before
+    # TFDS's "Downloading and preparing dataset ... to <temporary folder>" would mislead: silenced.
+    assert "ownload" not in out + err
 
 
 def test_reused_until_raw_content_or_config_changes(tiny_raw, tmp_path):
