@@ -1,0 +1,73 @@
+"""Recall against training budget: test Recall@10 and NDCG@10 of the first k retrievers of a `-long`
+pipeline as one ensemble (k = 1..6), as a percentage of TIGER's, one line per dataset.
+
+Usage: python docs/scripts/plot_budget.py OUT.png DATASET=BUDGETDIR:WORKDIR ...
+e.g.   python docs/scripts/plot_budget.py docs/img/budget_long.png \\
+           beauty=runs/beauty_budget:runs/beauty_long toys=runs/toys_budget:runs/toys_long \\
+           sports=runs/sports_budget:runs/sports_long
+
+Reads BUDGETDIR/k1.json ... k5.json (written by `genret eval-warm --set
+eval.warm_ensemble_seeds=1,...,k-1` in a copy of WORKDIR) and WORKDIR/results/warm.json (k = 6);
+writes nothing else. Prints the table it plots.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from experiments.plots import _save, pyplot
+from experiments.report import PAPER_WARM
+
+METRICS = (("recall@10", "Recall@10"), ("ndcg@10", "NDCG@10"))
+COLUMNS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")
+
+
+def _runs(budget_dir: str, workdir: str) -> list[dict]:
+    files = [Path(budget_dir) / f"k{k}.json" for k in range(1, 6)]
+    files.append(Path(workdir) / "results" / "warm.json")
+    runs = [json.loads(f.read_text()) for f in files]
+    for k, run in enumerate(runs, 1):
+        held = len(run.get("ensemble", [None]))
+        if held != k:
+            sys.exit(f"plot_budget: {files[k - 1]} holds {held} retrievers, not {k}")
+    return runs
+
+
+def main(out: str, specs: list[str]) -> None:
+    plt = pyplot()
+    if plt is None:
+        sys.exit("plot_budget: needs matplotlib (pip install -e '.[plot]')")
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(10, 4), dpi=100, sharey=True)
+    k = np.arange(1, 7)
+    print("| dataset | k | R@5 | N@5 | R@10 | N@10 |")
+    print("|---|---|---|---|---|---|")
+    for spec in specs:
+        dataset, _, dirs = spec.partition("=")
+        budget_dir, _, workdir = dirs.partition(":")
+        runs = _runs(budget_dir, workdir)
+        tiger = PAPER_WARM[dataset]
+        for i, run in enumerate(runs, 1):
+            m = run["methods"]["static_all_items"]
+            cells = " | ".join(f"{100 * m[x]:.2f}" for x in COLUMNS)
+            print(f"| {dataset} | {i} | {cells} |")
+        for ax, (metric, _) in zip(axes, METRICS, strict=True):
+            y = [100 * r["methods"]["static_all_items"][metric] / tiger[metric] for r in runs]
+            ax.plot(k, y, marker="o", label=dataset)
+    for ax, (_, label) in zip(axes, METRICS, strict=True):
+        ax.axhline(100, color="black", lw=1, ls="--")
+        ax.set_title(f"{label}, % of TIGER (test)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("% of TIGER's number")
+    axes[0].legend()
+    fig.suptitle("The -long recipe: what each added retriever buys", fontsize=11)
+    fig.supxlabel("retrievers in the ensemble (11-14 quiet CPU minutes each)", fontsize=10)
+    fig.tight_layout()
+    _save(fig, Path(out))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2:])
