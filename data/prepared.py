@@ -138,13 +138,15 @@ def content_key(cfg: DataConfig, files: list[Path]) -> str:
     return h.hexdigest()
 
 
-def resolve_raw_dir(cfg: DataConfig, raw_dir: Path | None, out_dir: Path) -> Path:
+def resolve_raw_dir(
+    cfg: DataConfig, raw_dir: Path | None, out_dir: Path, *, progress: bool = True
+) -> Path:
     """The raw folder; for the synthetic dataset, generated beside out_dir (W/raw) if needed."""
     if raw_dir is None and cfg.raw_dir:
         raw_dir = Path(cfg.raw_dir)
     if cfg.dataset == "synthetic":
         raw_dir = raw_dir or Path(out_dir).parent / "raw"
-        synthetic.ensure_raw_files(cfg.synthetic, raw_dir)
+        synthetic.ensure_raw_files(cfg.synthetic, raw_dir, progress=progress)
     elif raw_dir is None:
         raise ValueError(f"dataset {cfg.dataset!r}: no raw folder given (--raw-dir)")
     return Path(raw_dir)
@@ -160,9 +162,9 @@ def is_prepared(out_dir: Path, key: str) -> bool:
 
 def prepare(cfg: DataConfig, raw_dir: Path | None, out_dir: Path, *, progress: bool = True) -> Path:
     """Writes the prepared dataset to out_dir unless one with the same content key is there
-    (progress: whether TFDS shows its progress bars while it writes)."""
+    (progress: whether the synthetic generator and TFDS show their progress bars)."""
     out_dir = Path(out_dir)
-    raw_dir = resolve_raw_dir(cfg, raw_dir, out_dir)
+    raw_dir = resolve_raw_dir(cfg, raw_dir, out_dir, progress=progress)
     files = raw_files(cfg, raw_dir)
     key = content_key(cfg, files)
     if is_prepared(out_dir, key):

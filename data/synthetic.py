@@ -105,7 +105,7 @@ def _make_catalog(cfg: SyntheticConfig, rng: np.random.Generator) -> _Catalog:
     return _Catalog(asins, category, series, arrival, meta_lines, series_items, category_series)
 
 
-def _simulate(cfg: SyntheticConfig, cat: _Catalog, rng: np.random.Generator):
+def _simulate(cfg: SyntheticConfig, cat: _Catalog, rng: np.random.Generator, progress: bool):
     """Returns per-user lists of (item, day) in review order."""
     C = cfg.num_categories
     span = (_END - _START).days
@@ -116,7 +116,8 @@ def _simulate(cfg: SyntheticConfig, cat: _Catalog, rng: np.random.Generator):
     for ids in cat.series_items:
         position[ids] = np.arange(len(ids))
     out = []
-    for _ in tqdm(range(cfg.num_users), desc="synthetic users", leave=False, mininterval=1.0):
+    bar = dict(desc="synthetic users", leave=False, mininterval=1.0, disable=not progress)
+    for _ in tqdm(range(cfg.num_users), **bar):
         n = int(min(5 + rng.geometric(1 / 5), 40))
         favs = rng.choice(C, size=1 + int(rng.random() < 0.4), replace=False, p=cat_pop)
         gaps = np.where(rng.random(n) < 0.45, 0, rng.geometric(1 / 20, n))
@@ -164,7 +165,9 @@ def _review_time(day: int) -> tuple[int, str]:
     return unix, f"{d.month:02d} {d.day}, {d.year}"
 
 
-def generate(cfg: SyntheticConfig, raw_dir: str | Path) -> tuple[Path, Path]:
+def generate(
+    cfg: SyntheticConfig, raw_dir: str | Path, *, progress: bool = True
+) -> tuple[Path, Path]:
     """Writes the two raw files (reviews and meta, gzip) into raw_dir, deterministically."""
     if cfg.num_categories < 1 or cfg.num_users < 1:
         raise ValueError("synthetic: num_categories and num_users must be >= 1")
@@ -175,7 +178,7 @@ def generate(cfg: SyntheticConfig, raw_dir: str | Path) -> tuple[Path, Path]:
         )
     rng = np.random.default_rng(cfg.seed)
     cat = _make_catalog(cfg, rng)
-    histories = _simulate(cfg, cat, rng)
+    histories = _simulate(cfg, cat, rng, progress)
     lines = []
     for u, hist in enumerate(histories):
         uid = f"SU{u:07d}"
@@ -198,8 +201,11 @@ def generate(cfg: SyntheticConfig, raw_dir: str | Path) -> tuple[Path, Path]:
     return reviews, meta
 
 
-def ensure_raw_files(cfg: SyntheticConfig, raw_dir: str | Path) -> tuple[Path, Path]:
-    """generate() unless raw_dir already holds the files for this exact config."""
+def ensure_raw_files(
+    cfg: SyntheticConfig, raw_dir: str | Path, *, progress: bool = True
+) -> tuple[Path, Path]:
+    """generate() unless raw_dir already holds the files for this exact config (progress: show
+    the generator's bar)."""
     raw_dir = Path(raw_dir)
     stamp = {"generator_version": GENERATOR_VERSION, **dataclasses.asdict(cfg)}
     stamp_path = raw_dir / _STAMP_FILE
@@ -207,6 +213,6 @@ def ensure_raw_files(cfg: SyntheticConfig, raw_dir: str | Path) -> tuple[Path, P
     if all(f.is_file() for f in files) and stamp_path.is_file():
         if json.loads(stamp_path.read_text()) == stamp:
             return files
-    files = generate(cfg, raw_dir)
+    files = generate(cfg, raw_dir, progress=progress)
     atomic.write_json(stamp_path, stamp)
     return files

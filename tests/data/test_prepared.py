@@ -49,6 +49,14 @@ def test_progress_switch_hides_tfds_bars_and_restores_it(tiny_raw, tmp_path, cap
     assert "ownload" not in out + err
 
 
+@pytest.mark.parametrize("progress", [True, False])
+def test_progress_switch_reaches_the_synthetic_generator(tmp_path, capfd, progress):
+    synth = SyntheticConfig(num_items=300, num_users=400, num_categories=6)
+    cfg = DataConfig(dataset="synthetic", five_core=False, synthetic=synth)
+    prepared.prepare(cfg, None, tmp_path / "prepared", progress=progress)
+    assert ("synthetic users" in capfd.readouterr().err) == progress
+
+
 def test_reused_until_raw_content_or_config_changes(tiny_raw, tmp_path):
     out = tmp_path / "prepared"
     prepared.prepare(CFG, tiny_raw, out)
