@@ -3,7 +3,6 @@ that trains a head on a frozen retriever, with validation, checkpoints and loadi
 
 import dataclasses
 import functools
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from seqmodel.tokens import (
     encode_histories,
     sid_tokens,
 )
-from seqmodel.train import start_or_resume
+from seqmodel.train import append_metrics, start_or_resume
 
 
 def _loss(
@@ -223,8 +222,7 @@ def train_draft(
                 seconds += time.perf_counter() - t0
                 window.append(validate_and_save(step))
                 if lead:
-                    with open(metrics_path, "a") as f:
-                        f.writelines(json.dumps(r) + "\n" for r in window)
+                    append_metrics(metrics_path, window)
                 recall = window[-1][f"valid_draft_recall@{K}"]
                 bar.set_postfix(loss=f"{window[-2]['loss']:.3f}", recall=f"{recall:.3f}")
                 window = []
