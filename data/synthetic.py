@@ -116,8 +116,13 @@ def _simulate(cfg: SyntheticConfig, cat: _Catalog, rng: np.random.Generator, pro
     for ids in cat.series_items:
         position[ids] = np.arange(len(ids))
     out = []
-    bar = dict(desc="synthetic users", leave=False, mininterval=1.0, disable=not progress)
-    for _ in tqdm(range(cfg.num_users), **bar):
+    for _ in tqdm(
+        range(cfg.num_users),
+        desc="synthetic users",
+        leave=False,
+        mininterval=1.0,
+        disable=not progress,
+    ):
         n = int(min(5 + rng.geometric(1 / 5), 40))
         favs = rng.choice(C, size=1 + int(rng.random() < 0.4), replace=False, p=cat_pop)
         gaps = np.where(rng.random(n) < 0.45, 0, rng.geometric(1 / 20, n))

@@ -6,9 +6,8 @@ e.g.   python docs/scripts/plot_budget.py docs/img/budget_long.png \\
            beauty=runs/beauty_budget:runs/beauty_long toys=runs/toys_budget:runs/toys_long \\
            sports=runs/sports_budget:runs/sports_long
 
-Reads BUDGETDIR/k1.json ... k5.json (written by `genret eval-warm --set
-eval.warm_ensemble_seeds=1,...,k-1` in a copy of WORKDIR) and WORKDIR/results/warm.json (k = 6);
-writes nothing else. Prints the table it plots.
+Reads BUDGETDIR/k1.json ... k5.json (written by docs/scripts/budget_evals.sh WORKDIR BUDGETDIR)
+and WORKDIR/results/warm.json (k = 6); writes nothing else. Prints the table it plots.
 """
 
 import json
