@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call (issue 17, deliverable 2; session 24): the Beauty leave-one-out retriever's
-# training on a GPU, the same command as on the CPU, plus STATIC's constrained-search latency there.
+# The device calls of session 24 (issue 17, deliverable 2): the leave-one-out retrievers' training on
+# a GPU, the same command as on the CPU, plus STATIC's constrained-search latency there.
 #
 # Run from the repository root on the device machine, with
 #   gpu/beauty/{prepared,tokenizer}  a Beauty work directory after `genret prepare` and
@@ -49,14 +49,14 @@ fi
 
 train cf beauty_item_cf 240
 rc=$?
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ]; then
-  if [ ! -s "$OUT/cf_metrics.jsonl" ]; then  # failed before its first step: try the pinned wheels
-    echo "== retrying with flax/optax/orbax at the project's versions"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pin .whl/pin/*.whl
-    export PYTHONPATH="/tmp/pin:$PYTHONPATH"
-    versions
-    train cf beauty_item_cf 200
-  fi
+# Failed (not timed out) before its first validation: the image's flax, optax or orbax may not fit
+# this code, so try once more with the project's versions of them.
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] && [ ! -s "$OUT/cf_metrics.jsonl" ]; then
+  echo "== retrying with flax/optax/orbax at the project's versions"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pin .whl/pin/*.whl
+  export PYTHONPATH="/tmp/pin:$PYTHONPATH"
+  versions
+  train cf beauty_item_cf 200
 fi
 
 for n in 1000000 10000000; do
