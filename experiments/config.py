@@ -62,10 +62,10 @@ class EvalConfig:
 
 # SASRec as its paper trains Beauty: 2 blocks, dropout 0.5 (0.2 is its MovieLens value), a 50-item
 # window, Adam 1e-3, trained long (up to 100 epochs) and early-stopped on validation Recall@10
-# (validated about once per Beauty epoch). Chosen on Beauty's full validation split (docs/RESULTS.md,
-# "SASRec with its paper's Beauty settings"): Recall@10 / NDCG@10 8.98 / 4.70 against 7.32 / 4.06 for
-# window 20, dropout 0.2, 20 epochs and patience 3; then (session 24, "A longer patience for SASRec")
-# patience 20 validations instead of 10: 9.51 / 5.05.
+# (validated about once per Beauty epoch). Chosen on Beauty's full validation split
+# (docs/RESULTS.md, "SASRec with its paper's Beauty settings"): Recall@10 / NDCG@10 8.98 / 4.70
+# against 7.32 / 4.06 for window 20, dropout 0.2, 20 epochs and patience 3; then (session 24,
+# "A longer patience for SASRec") patience 20 validations instead of 10: 9.51 / 5.05.
 SASREC = SeqModelConfig(
     num_layers=2,
     d_model=64,
