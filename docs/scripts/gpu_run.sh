@@ -12,20 +12,7 @@
 # presets' seed 0 instead, from gpu/toys and gpu/sports. Every step has its own time limit, so the whole
 # script ends within about 9 minutes.
 set -u
-export PYTHONUNBUFFERED=1
-log="$OUT/log.txt"
-exec > >(tee -a "$log") 2>&1
-
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-nproc
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH="/tmp/site:$PWD"
-versions() {
-  python3 -c 'import jax, flax, optax, orbax.checkpoint as o, numpy
-print("jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__,
-      "orbax", o.__version__, "numpy", numpy.__version__, jax.devices())'
-}
-versions
+source docs/scripts/gpu_env.sh
 
 train() {  # train NAME CONFIG LIMIT_S [SOURCE]: a fresh copy of gpu/SOURCE (beauty), one retriever
   local name=$1 config=$2 limit=$3 w="/tmp/w_$1"
@@ -53,9 +40,7 @@ rc=$?
 # this code, so try once more with the project's versions of them.
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] && [ ! -s "$OUT/cf_metrics.jsonl" ]; then
   echo "== retrying with flax/optax/orbax at the project's versions"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pin .whl/pin/*.whl
-  export PYTHONPATH="/tmp/pin:$PYTHONPATH"
-  versions
+  use_pinned
   train cf beauty_item_cf 200
 fi
 

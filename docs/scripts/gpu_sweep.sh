@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# A sweep of leave-one-out retrievers on one GPU, all at once (session 25): each variant trains one
+# retriever from a fresh copy of gpu/DATASET (prepared data and tokenizer, docs/scripts/gpu_prepare.sh)
+# and is then scored on the full validation split (`genret eval-warm --validation`).
+#
+#   bash docs/scripts/gpu_sweep.sh DATASET PRESET LIMIT_S SPEC [SPEC ...]
+#   SPEC: NAME or NAME:KEY=VALUE[,KEY=VALUE...]   (each KEY=VALUE becomes a --set)
+#
+# e.g. bash docs/scripts/gpu_sweep.sh beauty beauty_item_cf_long 420 base do4:seqmodel.dropout=0.4
+# Every variant's training gets LIMIT_S seconds (a variant cut off has no score), its evaluation
+# 150 s. What comes back, under $OUT: log.txt, sweep.json (the validation table of every variant) and
+# variants.tar.gz, holding NAME/{train.log,eval.log,metrics.jsonl,train_summary.json,
+# validation_warm.json} (one archive: the device tool returns only a few files per call).
+set -u
+source docs/scripts/gpu_env.sh
+export XLA_PYTHON_CLIENT_PREALLOCATE=false   # several processes share the GPU's memory
+dataset=$1 preset=$2 limit=$3
+shift 3
+
+variant() {  # variant SPEC
+  local name=${1%%:*} sets=() w o
+  [ "$name" != "$1" ] && IFS=, read -ra kv <<< "${1#*:}" && for s in "${kv[@]}"; do sets+=(--set "$s"); done
+  w="/tmp/sweep_$name" o="$OUT/$name"
+  rm -rf "$w" && cp -r "gpu/$dataset" "$w" && mkdir -p "$o"
+  local t0=$SECONDS
+  timeout -k 5 "$limit" python3 -m experiments.cli train-retriever --workdir "$w" --split loo \
+    --config "$preset" --no-progress --set eval.warm_ensemble_seeds= "${sets[@]}" > "$o/train.log" 2>&1
+  echo "== $name: train rc=$? $((SECONDS - t0)) s"
+  cp "$w"/retriever_loo/{metrics.jsonl,train_summary.json} "$o/" 2>/dev/null
+  t0=$SECONDS
+  timeout -k 5 150 python3 -m experiments.cli eval-warm --workdir "$w" --validation --batch-size 256 \
+    --config "$preset" --set eval.warm_ensemble_seeds= "${sets[@]}" > "$o/eval.log" 2>&1
+  echo "== $name: eval rc=$? $((SECONDS - t0)) s"
+  cp "$w/results/validation_warm.json" "$o/" 2>/dev/null
+}
+
+pids=()
+for spec in "$@"; do variant "$spec" & pids+=($!); done
+wait "${pids[@]}"   # not a bare wait: that would also wait for the log's tee
+python3 - "$OUT" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1]); rows = {}
+for f in sorted(out.glob("*/validation_warm.json")):
+    m = json.loads(f.read_text())["methods"]["static_all_items"]
+    s = json.loads((f.parent / "train_summary.json").read_text())
+    rows[f.parent.name] = {k: m[k] for k in ("recall@5", "ndcg@5", "recall@10", "ndcg@10")} | {
+        "best_step": s["best_step"], "steps": s["steps"], "train_s": s["train_seconds_this_run"]}
+    print(f.parent.name, " ".join(f"{100 * v:.2f}" for v in list(rows[f.parent.name].values())[:4]),
+          s["best_step"], s["steps"], round(s["train_seconds_this_run"]))
+(out / "sweep.json").write_text(json.dumps(rows, indent=1))
+PY
+tar -czf "$OUT/variants.tar.gz" -C "$OUT" "${@%%:*}" && (cd "$OUT" && rm -rf "${@%%:*}")
+echo "== total $SECONDS s"
