@@ -171,6 +171,7 @@ def train_draft(
         iterator,
         lead=lead,
         what="config, SIDs, split or retriever",
+        patience=dcfg.patience,
     )
     metrics_path = workdir / METRICS_FILE
 

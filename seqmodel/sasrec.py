@@ -201,16 +201,25 @@ def train_and_evaluate(
         batches(source, NextItems(cfg.max_history), batch_size=cfg.batch_size, seed=cfg.seed)
     )
     graphdef, tx, state = new_state(cfg, num_items, total)
-    key = fingerprint(
-        dataclasses.asdict(cfg),
-        num_items,
-        arrays=(train.items, train.offsets, valid_histories.items, valid_targets),
-    )
-    info = {"sasrec": dataclasses.asdict(cfg), "inputs": key}
+    arrays = (train.items, train.offsets, valid_histories.items, valid_targets)
+
+    def key_at_patience(patience: int) -> str:
+        fields = dataclasses.asdict(dataclasses.replace(cfg, patience=patience))
+        return fingerprint(fields, num_items, arrays=arrays)
+
+    info = {"sasrec": dataclasses.asdict(cfg), "inputs": key_at_patience(cfg.patience)}
     # The retriever's policy: other inputs retrain from scratch (one line), else resume, with the
-    # metrics log cut back to the restored step.
+    # metrics log cut back to the restored step; a new patience alone resumes the same run.
     ckpts, state, progress, step, seconds_before = start_or_resume(
-        workdir, MODEL_FILE, info, state, iterator, lead=True, what="config or data"
+        workdir,
+        MODEL_FILE,
+        info,
+        state,
+        iterator,
+        lead=True,
+        what="config or data",
+        patience=cfg.patience,
+        key_at_patience=key_at_patience,
     )
     metrics_path = workdir / METRICS_FILE
     step_fn = jax.jit(

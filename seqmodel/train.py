@@ -5,6 +5,7 @@ import functools
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -197,7 +198,16 @@ def inputs_fingerprint(cfg: SeqModelConfig, data: RetrieverData) -> str:
 
 
 def start_or_resume(
-    workdir: Path, info_file: str, info: dict, state, iterator, *, lead: bool, what: str
+    workdir: Path,
+    info_file: str,
+    info: dict,
+    state,
+    iterator,
+    *,
+    lead: bool,
+    what: str,
+    patience: int,
+    key_at_patience: Callable[[int], str] | None = None,
 ):
     """(checkpoints, state, progress, step, seconds_before) of a run in `workdir`, described by
     `info`; seconds_before: the training seconds its metrics log holds up to the resumed step, so a
@@ -207,13 +217,21 @@ def start_or_resume(
     with one line; otherwise the newest checkpoint that restores is resumed (None restores: each
     was set aside with one line, and the fresh `state` starts over). Writes `info_file` and trims
     the metrics log to the resumed step.
+
+    Early stopping's patience only decides when training ends, never what a step computes, so a run
+    whose inputs differ from these in their patience alone (`key_at_patience(p)`: this run's inputs
+    key with patience p, the stored run's) is resumed, and whether it has stopped is decided anew
+    from its count of validations without gain: a run stopped under a patience of 10 goes on under
+    20 as if it had been made with 20 from the start.
     """
     path = workdir / info_file
-    if path.exists() and json.loads(path.read_text()).get("inputs") != info["inputs"] and lead:
-        tqdm.write(f"{workdir}: {what} changed since it was trained; retraining it from scratch")
-        shutil.rmtree(workdir / CHECKPOINTS_DIR, ignore_errors=True)
-        for name in (METRICS_FILE, SUMMARY_FILE, info_file):
-            (workdir / name).unlink(missing_ok=True)
+    stored = _read_info(path)
+    if stored is not None and stored.get("inputs") != info["inputs"] and lead:
+        old = _stored_patience(stored)
+        if key_at_patience and old is not None and key_at_patience(old) == stored.get("inputs"):
+            tqdm.write(f"{workdir}: patience {old} -> {patience}; resuming the same run")
+        else:
+            _start_over(workdir, info_file, what)
     ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
     progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
     if ckpts.latest_step() is not None:
@@ -223,6 +241,7 @@ def start_or_resume(
         restored = ckpts.restore_latest(abstract, iterator)
         if restored is not None:
             state, progress = restored
+            progress["stopped"] = progress["bad_evals"] >= patience
     step = int(jax.device_get(state.step))
     metrics_path = workdir / METRICS_FILE
     rows = read_metrics(metrics_path, step)
@@ -242,6 +261,33 @@ def start_or_resume(
         atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
     seconds_before = max((r.get("train_seconds", 0.0) for r in rows), default=0.0)
     return ckpts, state, progress, step, seconds_before
+
+
+def _start_over(workdir: Path, info_file: str, what: str) -> None:
+    tqdm.write(f"{workdir}: {what} changed since it was trained; retraining it from scratch")
+    shutil.rmtree(workdir / CHECKPOINTS_DIR, ignore_errors=True)
+    for name in (METRICS_FILE, SUMMARY_FILE, info_file):
+        (workdir / name).unlink(missing_ok=True)
+
+
+def _read_info(path: Path) -> dict | None:
+    """A run's info file, or None where there is none (or it cannot be read: a fresh start)."""
+    try:
+        info = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _stored_patience(info: dict) -> int | None:
+    """The patience a run's info file records (its `seqmodel` or `sasrec` config), if any."""
+    for section in ("seqmodel", "sasrec"):
+        cfg = info.get(section)
+        if isinstance(cfg, dict) and type(cfg.get("patience")) is int:
+            return cfg["patience"]
+    return None
 
 
 def _environments(info_path: Path) -> list[dict]:
@@ -308,7 +354,15 @@ def train_and_evaluate(
         "inputs": inputs_fingerprint(cfg, data),
     }
     ckpts, state, progress, step, seconds_before = start_or_resume(
-        workdir, MODEL_FILE, info, state, iterator, lead=lead, what="config, SIDs or split"
+        workdir,
+        MODEL_FILE,
+        info,
+        state,
+        iterator,
+        lead=lead,
+        what="config, SIDs or split",
+        patience=cfg.patience,
+        key_at_patience=lambda p: inputs_fingerprint(dataclasses.replace(cfg, patience=p), data),
     )
     metrics_path = workdir / METRICS_FILE
 

@@ -143,3 +143,17 @@ def test_changed_config_retrains_instead_of_resuming(tmp_path, capsys):
     )
     assert summary["steps"] == 1, "resumed a checkpoint trained with another config"
     assert "retraining it" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_stopped_run_goes_on_under_a_larger_patience(tmp_path, capsys):
+    args = (_histories(), _histories(1, 5), np.arange(5, dtype=np.int32), N)
+    # Too small a learning rate to change the ranking: no validation after the first gains.
+    still = dataclasses.replace(CFG, learning_rate=1e-12, max_steps=8, eval_every=2, patience=1)
+    _, _, first = sasrec.train_and_evaluate(still, tmp_path, *args, show_progress=False)
+    assert first["early_stopped"] and first["steps"] == 4
+    longer = dataclasses.replace(still, patience=5)
+    _, _, resumed = sasrec.train_and_evaluate(longer, tmp_path, *args, show_progress=False)
+    assert "patience 1 -> 5; resuming the same run" in capsys.readouterr().out
+    assert resumed["steps"] == 8 and not resumed["early_stopped"]
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [2, 4, 6, 8]

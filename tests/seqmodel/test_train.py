@@ -350,3 +350,32 @@ def test_loo_data_validates_on_second_to_last_items_never_trained_on():
         hist = data.valid_histories[i]
         owners = [u for u in range(len(h)) if np.array_equal(h[u][:-2], hist)]
         assert any(h[u][-2] == data.valid_targets[i] for u in owners)
+
+
+@pytest.mark.slow
+def test_a_stopped_run_goes_on_under_a_larger_patience_as_if_made_with_it(tmp_path, capsys):
+    # A learning rate too small to move the holdout's beams: every validation after the first
+    # is no gain, so patience 1 stops the run at the second one (step 4 of 8).
+    still = dataclasses.replace(CFG, learning_rate=1e-12, max_steps=8, patience=1)
+    data = _data()
+    first = train_and_evaluate(still, tmp_path / "b", data, show_progress=False)
+    assert first.summary["early_stopped"] and first.summary["steps"] == 4
+    # The same run under patience 3: resumed (not retrained), and it equals a run made with 3.
+    longer = dataclasses.replace(still, patience=3)
+    resumed = train_and_evaluate(longer, tmp_path / "b", data, show_progress=False)
+    said = capsys.readouterr().out
+    assert "patience 1 -> 3; resuming the same run" in said and "retraining" not in said, said
+    straight = train_and_evaluate(longer, tmp_path / "a", data, show_progress=False)
+    assert resumed.summary["steps"] == straight.summary["steps"] == 8
+    assert resumed.summary["early_stopped"] == straight.summary["early_stopped"]
+    for a, b in zip(_params(straight), _params(resumed), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert _logged(tmp_path / "a") == _logged(tmp_path / "b")
+    # Back to patience 1: the run's count of fruitless validations already stops it, no step.
+    again = train_and_evaluate(still, tmp_path / "b", data, show_progress=False)
+    assert again.summary["early_stopped"] and again.summary["steps"] == 8
+    # Anything else that changes is still another run.
+    other = dataclasses.replace(still, dropout=0.2)
+    restarted = train_and_evaluate(other, tmp_path / "b", data, show_progress=False)
+    assert restarted.summary["steps"] == 4
+    assert "retraining it from scratch" in capsys.readouterr().out
