@@ -12,6 +12,10 @@ default presets keep the old recipe and this one is for the retriever's own numb
 Cost: six trainings of about 800 s of loop each on the quiet 2-core CPU, about 80 minutes (session
 21's pipeline from an empty work directory: test 5.26 / 3.60 / 8.02 / 4.49, equal to the hand-made
 six seeds; docs/BENCHMARKS.md, "End to end").
+Session 25 (a GPU sweep, one seed each, Beauty's full validation split): none of dropout 0.4,
+learning rate 2e-3, a 50-item window, 6 layers, teacher weight 0.7, 45 epochs (at lr 1e-3 or 5e-4)
+or 2,000 warm-up steps beat this recipe by the 0.2 points its rule asked (docs/RESULTS.md, "One
+change at a time to the `-long` recipe").
 Command: `genret pipeline --dataset beauty --config beauty_item_cf_long --workdir W`.
 """
 
