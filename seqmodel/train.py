@@ -271,7 +271,8 @@ def _start_over(workdir: Path, info_file: str, what: str) -> None:
 
 
 def _read_info(path: Path) -> dict | None:
-    """A run's info file, or None where there is none (or it cannot be read: a fresh start)."""
+    """A run's info file; None where there is none, {} where it cannot be read (the run then
+    starts over, as one made from other inputs)."""
     try:
         info = json.loads(path.read_text())
     except FileNotFoundError:

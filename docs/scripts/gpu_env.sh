@@ -1,6 +1,7 @@
 # Sourced by the device scripts (gpu_run.sh, gpu_sweep.sh): logs to $OUT/log.txt, names the GPU,
 # installs the carried wheels (.whl/) that the device image lacks and puts them and this checkout on
-# PYTHONPATH (DRY_RUN=1 skips the install: a rehearsal where the project is installed). `versions` prints what will run; `use_pinned` switches flax/optax/orbax to .whl/pin/.
+# PYTHONPATH (DRY_RUN=1 skips the install: a rehearsal on a machine where the project is installed).
+# `versions` prints what will run; `use_pinned` switches flax/optax/orbax to .whl/pin/.
 export PYTHONUNBUFFERED=1
 exec > >(tee -a "$OUT/log.txt") 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
