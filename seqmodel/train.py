@@ -247,7 +247,7 @@ def start_or_resume(
     rows = read_metrics(metrics_path, step)
     # The environments this run has trained in, oldest first: a resume under other library
     # versions is said in one line, since its numbers need not equal a run made in one go.
-    envs = _environments(path) if step else []
+    envs = _environments(stored) if step else []
     now = environment()
     if envs and (changed := differences(envs[-1], now)) and lead:
         tqdm.write(
@@ -291,11 +291,9 @@ def _stored_patience(info: dict) -> int | None:
     return None
 
 
-def _environments(info_path: Path) -> list[dict]:
-    try:
-        envs = json.loads(info_path.read_text()).get("environments", [])
-    except (OSError, ValueError, AttributeError):
-        return []
+def _environments(info: dict | None) -> list[dict]:
+    """The environments a run's info file (as `_read_info` gave it) lists, oldest first."""
+    envs = (info or {}).get("environments", [])
     return envs if isinstance(envs, list) else []
 
 
