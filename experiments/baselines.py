@@ -152,13 +152,24 @@ class CooccurrencePrior:
 
 
 def cooccurrence_metrics(
-    histories_all: Histories, histories: Histories, targets: Int[np.ndarray, " U"], num_items: int
+    histories_all: Histories,
+    histories: Histories,
+    targets: Int[np.ndarray, " U"],
+    num_items: int,
+    *,
+    drop_history: bool = False,
 ) -> dict:
     """Recall@1/5/10 and NDCG@5/10 of `cooccurrence_ranking`, counted on leave-one-out's training
-    histories (every user's last two items left out, so no validation or test target is read)."""
+    histories (every user's last two items left out, so no validation or test target is read);
+    `drop_history`: the top 10 among the items not in the user's history."""
     start = time.perf_counter()
     train = loo_training(histories_all, num_items)
-    pred = cooccurrence_ranking(train, histories, num_items, k=10)
+    if drop_history:
+        extra = int(histories.lengths().max(initial=0))
+        pred = cooccurrence_ranking(train, histories, num_items, k=10 + extra)
+        pred = metrics.drop_seen(pred, histories, 10)
+    else:
+        pred = cooccurrence_ranking(train, histories, num_items, k=10)
     seconds = (time.perf_counter() - start) / max(len(targets), 1)
     out = metrics.ranking_metrics(pred, targets, ks=(1, 5, 10), ndcg_ks=(5, 10))
     out["valid_rate"] = out["item_rate"] = 1.0

@@ -3,6 +3,8 @@
 import numpy as np
 from jaxtyping import Bool, Float, Int
 
+from data.types import Histories
+
 
 class SIDLookup:
     """Maps SID rows [.., L] to catalog indices (-1 where no item has that SID)."""
@@ -58,6 +60,33 @@ def ranking_metrics(
         gain = np.where(first < k, 1.0 / np.log2(first + 2.0), 0.0)
         out[f"ndcg@{k}"] = float(np.mean(gain))
     return out
+
+
+def drop_seen(
+    predicted: Int[np.ndarray, "U K"], histories: Histories, k: int | None = None
+) -> Int[np.ndarray, "U k"]:
+    """Each ranked list without the items of its user's history, the rest moved up in order and
+    padded with -1; the first `k` (default K) columns. For data that keep one interaction per
+    (user, item), where a history item is never a target (S3-Rec's full-sort protocol)."""
+    predicted = np.asarray(predicted)
+    if predicted.ndim != 2 or len(predicted) != len(histories):
+        raise ValueError(
+            f"drop_seen: predicted {predicted.shape} does not align with {len(histories)} histories"
+        )
+    U, K = predicted.shape
+    k = K if k is None else k
+    rows = np.repeat(np.arange(U), histories.lengths())
+    # A ranked item is seen when (its row, it) is among the (row, history item) pairs.
+    width = np.int64(max(int(predicted.max(initial=0)), int(histories.items.max(initial=0))) + 1)
+    seen_keys = np.unique(rows * width + histories.items)
+    keys = np.arange(U)[:, None] * width + predicted
+    keep = (predicted >= 0) & ~np.isin(keys, seen_keys)
+    # Stable: kept items first, in their ranked order.
+    order = np.argsort(~keep, axis=1, kind="stable")
+    out = np.where(np.take_along_axis(keep, order, 1), np.take_along_axis(predicted, order, 1), -1)
+    if k > K:
+        out = np.pad(out, ((0, 0), (0, k - K)), constant_values=-1)
+    return out[:, :k]
 
 
 def valid_rates(

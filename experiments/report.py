@@ -137,6 +137,17 @@ def warm_table(result: dict) -> str:
         lines.append(f"| {method} | " + " | ".join(f"{m[k]:.4f}" for k in keys) + " |")
     if paper:
         lines.append("| TIGER (paper) | " + " | ".join(f"{paper[k]:.4f}" for k in keys) + " |")
+    if excluded := result.get("history_excluded"):
+        lines += [
+            "\nThe same ranked lists without each user's own history items (never a target: the "
+            "data keep one interaction per user and item; S3-Rec's full-sort protocol, whose "
+            "SASRec numbers TIGER's Table 1 quotes, ranks this way; TIGER's own rule is not "
+            "stated):\n",
+            lines[0],
+            lines[1],
+        ]
+        for method, m in excluded.items():
+            lines.append(f"| {method} | " + " | ".join(f"{m[k]:.4f}" for k in keys) + " |")
     if members := result.get("ensemble"):
         lines.append(
             f"\nAn ensemble of {len(members)} retrievers (per-level log-probabilities averaged): "
@@ -257,6 +268,8 @@ def write_report(cfg: Config, layout: RunLayout) -> list[Path]:
             sasrec = json.loads(layout.sasrec_result.read_text())
             results[layout.sasrec_result.name] = sasrec
             warm["methods"].update(sasrec["methods"])
+            if "history_excluded" in warm and "history_excluded" in sasrec:
+                warm["history_excluded"].update(sasrec["history_excluded"])
         parts += ["## Leave-one-out (TIGER benchmark)\n", warm_table(warm), ""]
     parts += _run_section(cfg, layout, results)
     atomic.write_text(layout.report, "\n".join(parts) + "\n")

@@ -458,11 +458,26 @@ def evaluate_warm(
     }
     # A model-free reference: the items most often next to the user's last item in training.
     methods["item_cooccurrence"] = cooccurrence_metrics(ds.histories, histories, targets, len(sids))
+    # The same ranked lists without each user's own history items: one interaction per user and
+    # item, so a history item is never a target (S3-Rec's full-sort protocol ranks this way).
+    history_excluded = {
+        name: metrics.ranking_metrics(
+            metrics.drop_seen(np.where(d.valid, d.items, -1), histories, 10),
+            targets,
+            ks=(1, 5, 10),
+            ndcg_ks=(5, 10),
+        )
+        for name, d in decoded.items()
+    }
+    history_excluded["item_cooccurrence"] = cooccurrence_metrics(
+        ds.histories, histories, targets, len(sids), drop_history=True
+    )
     result = {
         "dataset": cfg.data.dataset,
         "num_test_users": int(len(targets)),
         "beam_size": K,
         "methods": methods,
+        "history_excluded": history_excluded,
         "seed": cfg.eval.seed,
         "split": "validation" if validation else "test",
     }

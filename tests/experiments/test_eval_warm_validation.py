@@ -21,6 +21,15 @@ def test_validation_scores_second_to_last_items(workdir: Path, capsys):  # noqa:
     assert res["num_test_users"] == len(split.valid_targets)
     assert set(res["methods"]) == {"unconstrained", "static_all_items", "item_cooccurrence"}
     assert 0 <= res["methods"]["static_all_items"]["recall@10"] <= 1
+    # The same lists without history items: no target is a history item (one interaction per
+    # user and item), so dropping them can only move hits up.
+    pairs = enumerate(split.valid_targets)
+    assert not any(int(t) in set(split.valid_histories[u]) for u, t in pairs)
+    excluded = res["history_excluded"]
+    assert set(excluded) == set(res["methods"])
+    for name in excluded:
+        for k in ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10"):
+            assert excluded[name][k] >= res["methods"][name][k], (name, k)
     capsys.readouterr()
     assert cli.main(["eval-warm", "--workdir", w, "--validation", "--decoder", "nezha"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -112,6 +121,9 @@ def test_sasrec_validation_ranks_second_to_last_items(workdir: Path, capsys):  #
     split = leave_one_out(load_prepared(workdir / "prepared"))
     assert res["num_test_users"] == len(split.valid_targets)
     assert 0 <= res["methods"]["sasrec"]["recall@10"] <= 1
+    # The top 10 without history items (never a target here) holds every hit the plain top 10 has.
+    for k in ("recall@5", "recall@10", "ndcg@5", "ndcg@10"):
+        assert res["history_excluded"]["sasrec"][k] >= res["methods"]["sasrec"][k], k
     # The same trained model then ranks the test targets (restored, not retrained).
     assert cli.main(["sasrec", "--workdir", w, "--no-progress", *fast]) == 0
     test = json.loads((workdir / "results" / "sasrec.json").read_text())

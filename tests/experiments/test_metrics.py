@@ -59,3 +59,40 @@ def test_valid_rates():
 def test_cutoff_beyond_beam_width_counts_no_misses():
     m = metrics.ranking_metrics(np.array([[1, 2], [3, 4]]), np.array([2, 9]), ks=(1, 5))
     assert m["recall@5"] == 0.5 and m["recall@1"] == 0.0
+
+
+def test_drop_seen_removes_history_items_and_moves_the_rest_up():
+    from data.types import Histories
+
+    h = Histories.from_lists([[3, 5], [1], [], [0, 2, 4, 6]])
+    pred = np.array([[5, 7, 3, 9], [2, 1, -1, 4], [0, 1, 2, 3], [6, 4, 2, 0]])
+    np.testing.assert_array_equal(
+        metrics.drop_seen(pred, h),
+        [[7, 9, -1, -1], [2, 4, -1, -1], [0, 1, 2, 3], [-1, -1, -1, -1]],
+    )
+    np.testing.assert_array_equal(metrics.drop_seen(pred, h, 2), [[7, 9], [2, 4], [0, 1], [-1, -1]])
+    assert metrics.drop_seen(pred, h, 6).shape == (4, 6)
+    # A hit behind a history item moves up: Recall@1 0 -> 1 for user 0 (target 7).
+    targets = np.array([7, 4, 3, 8])
+    assert metrics.ranking_metrics(pred, targets, ks=(1,))["recall@1"] == 0.0
+    assert metrics.ranking_metrics(metrics.drop_seen(pred, h), targets, ks=(1,))["recall@1"] == 0.25
+    with pytest.raises(ValueError, match="does not align"):
+        metrics.drop_seen(pred[:3], h)
+
+
+def test_drop_seen_of_a_wide_ranking_is_the_masked_ranking():
+    """Top 10 + len(history) with the history dropped = the top 10 of the scores with the history
+    masked out (what SASRec's history-excluded numbers rely on)."""
+    from data.types import Histories
+
+    rng = np.random.default_rng(0)
+    n = 40
+    lists = [list(rng.choice(n, rng.integers(0, 12), replace=False)) for _ in range(30)]
+    h = Histories.from_lists(lists)
+    scores = rng.normal(size=(30, n))
+    wide = np.argsort(-scores, axis=1, kind="stable")[:, : 10 + max(map(len, lists))]
+    masked = scores.copy()
+    for u, items in enumerate(lists):
+        masked[u, items] = -np.inf
+    want = np.argsort(-masked, axis=1, kind="stable")[:, :10]
+    np.testing.assert_array_equal(metrics.drop_seen(wide, h, 10), want)

@@ -131,3 +131,22 @@ def test_report_names_the_environment_once_or_per_result_when_they_differ(tmp_pa
     lines = [x for x in layout.report.read_text().splitlines() if x.startswith("- Environment")]
     assert len(lines) == 2 and "cold_start_0.02.json" in lines[0] and "warm.json" in lines[1]
     assert "jax 0.0.1" in lines[1] and "jax 0.0.1" not in lines[0]
+
+
+def test_warm_table_shows_history_excluded_rows_with_sasrec_merged(tmp_path):
+    cfg = config_lib.load_preset("tiny")
+    layout = RunLayout(tmp_path)
+    layout.results.mkdir(parents=True)
+    m = {"recall@5": 0.01, "ndcg@5": 0.01, "recall@10": 0.02, "ndcg@10": 0.01}
+    x = {"recall@5": 0.03, "ndcg@5": 0.02, "recall@10": 0.04, "ndcg@10": 0.025}
+    warm = {"dataset": "beauty", "methods": {"static": m}, "history_excluded": {"static": x}}
+    layout.warm_result.write_text(json.dumps(warm))
+    sas = {"methods": {"sasrec": m}, "history_excluded": {"sasrec": {**x, "recall@10": 0.05}}}
+    layout.sasrec_result.write_text(json.dumps(sas))
+    report.write_report(cfg, layout)
+    text = layout.report.read_text()
+    below = text.split("without each user's own history items")[1]
+    assert "| static | 0.0300 | 0.0200 | 0.0400 | 0.0250 |" in below
+    assert "| sasrec | 0.0300 | 0.0200 | 0.0500 | 0.0250 |" in below
+    above = text.split("without each user's own history items")[0]
+    assert "| sasrec | 0.0100 | 0.0100 | 0.0200 | 0.0100 |" in above
