@@ -1,8 +1,9 @@
 """Sports with `beauty_item_cf_long`'s settings (chosen on Beauty's validation split only;
 run untuned).
 
-`sports_item_cf` with dropout 0.3, the co-occurrence teacher (`seqmodel.cooc_distill=0.5`) and six
-retriever seeds as one ensemble: issue 17's `-long` preset, past the 60-minute budget.
+`sports_item_cf` (dropout 0.3 and the co-occurrence teacher since session 26) with six
+retriever seeds as one ensemble instead of four: issue 17's `-long` preset, past the
+60-minute budget.
 Command: `genret pipeline --dataset sports --config sports_item_cf_long --workdir W`.
 docs/RESULTS.md.
 """
