@@ -165,8 +165,8 @@ def cooccurrence_metrics(
     start = time.perf_counter()
     train = loo_training(histories_all, num_items)
     if drop_history:
-        extra = int(histories.lengths().max(initial=0))
-        pred = cooccurrence_ranking(train, histories, num_items, k=10 + extra)
+        depth = metrics.unseen_depth(histories, 10)
+        pred = cooccurrence_ranking(train, histories, num_items, k=depth)
         pred = metrics.drop_seen(pred, histories, 10)
     else:
         pred = cooccurrence_ranking(train, histories, num_items, k=10)

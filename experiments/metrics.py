@@ -62,6 +62,12 @@ def ranking_metrics(
     return out
 
 
+def unseen_depth(histories: Histories, k: int) -> int:
+    """How deep a ranking must go for `drop_seen(ranking, histories, k)` to be the exact top k
+    among unseen items: k plus the longest history (at most that many drop out)."""
+    return k + int(histories.lengths().max(initial=0))
+
+
 def drop_seen(
     predicted: Int[np.ndarray, "U K"], histories: Histories, k: int | None = None
 ) -> Int[np.ndarray, "U k"]:

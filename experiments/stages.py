@@ -213,8 +213,8 @@ def sasrec(
     seconds = (time.perf_counter() - start) / len(pred)
     # The top 10 among the items not in the user's history (S3-Rec's full-sort protocol, whose
     # SASRec numbers TIGER's Table 1 quotes): one interaction per user and item, so a history
-    # item is never a target. Exact: at most len(history) of the top 10 + len(history) drop out.
-    wide = min(10 + int(histories.lengths().max(initial=0)), len(ds.catalog))
+    # item is never a target.
+    wide = min(metrics.unseen_depth(histories, 10), len(ds.catalog))
     unseen = metrics.drop_seen(
         sasrec_lib.top_k(graphdef, params, ranked, k=wide, batch_size=256), histories, 10
     )

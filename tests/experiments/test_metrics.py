@@ -90,7 +90,9 @@ def test_drop_seen_of_a_wide_ranking_is_the_masked_ranking():
     lists = [list(rng.choice(n, rng.integers(0, 12), replace=False)) for _ in range(30)]
     h = Histories.from_lists(lists)
     scores = rng.normal(size=(30, n))
-    wide = np.argsort(-scores, axis=1, kind="stable")[:, : 10 + max(map(len, lists))]
+    depth = metrics.unseen_depth(h, 10)
+    assert depth == 10 + max(map(len, lists))
+    wide = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
     masked = scores.copy()
     for u, items in enumerate(lists):
         masked[u, items] = -np.inf
