@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A leave-one-out preset's whole ensemble trained on one GPU, every retriever at once (session 27,
+# issue 17, deliverable 2): each seed of the preset (seqmodel.seed and eval.warm_ensemble_seeds)
+# trains in its own fresh copy of gpu/DATASET (prepared data and tokenizer, docs/scripts/gpu_prepare.sh)
+# as its own process; then the retrievers are put in one work directory under the names the pipeline
+# gives them (retriever_loo, retriever_loo_seedN) and ranked as one ensemble with
+# `genret eval-warm --validation`, as `genret pipeline` would rank them.
+#
+#   bash docs/scripts/gpu_preset.sh DATASET PRESET LIMIT_S [KEY=VALUE ...]
+#
+# e.g. bash docs/scripts/gpu_preset.sh beauty beauty_item_cf 420
+# Each training gets LIMIT_S seconds, the evaluation 240 s; each KEY=VALUE is a --set for both (a
+# rehearsal on a CPU: DRY_RUN=1 OUT=/tmp/o bash ... beauty beauty_item_cf 600 seqmodel.max_steps=20).
+# What comes back, under $OUT: log.txt, validation_warm.json and preset.tgz, holding
+# seedN_{train.log,metrics.jsonl,train_summary.json} and eval.log. No test number is computed.
+set -u
+source docs/scripts/gpu_env.sh
+export XLA_PYTHON_CLIENT_PREALLOCATE=false   # several processes share the GPU's memory
+dataset=$1 preset=$2 limit=$3
+shift 3
+sets=()
+for kv in "$@"; do sets+=(--set "$kv"); done
+
+read -r main others < <(python3 - "$preset" "${sets[@]}" <<'PY'
+import sys
+from experiments.config import apply_overrides, load_preset
+cfg = apply_overrides(load_preset(sys.argv[1]), sys.argv[3::2])
+print(cfg.seqmodel.seed, ",".join(map(str, cfg.eval.warm_ensemble_seeds)))
+PY
+)
+echo "== main seed $main, ensemble seeds ${others:-none}"
+
+member() {  # member SEED DIRNAME: one retriever in /tmp/preset_SEED
+  local w="/tmp/preset_$1" o="$OUT/seed$1" t0=$SECONDS
+  rm -rf "$w" && cp -r "gpu/$dataset" "$w"
+  timeout -k 5 "$limit" python3 -m experiments.cli train-retriever --workdir "$w" --split loo \
+    --config "$preset" --no-progress "${sets[@]}" --set eval.warm_ensemble_seeds= \
+    --set "seqmodel.seed=$1" > "${o}_train.log" 2>&1
+  echo "== seed $1: train rc=$? $((SECONDS - t0)) s"
+  cp "$w/retriever_loo/metrics.jsonl" "${o}_metrics.jsonl" 2>/dev/null
+  cp "$w/retriever_loo/train_summary.json" "${o}_train_summary.json" 2>/dev/null
+}
+
+t0=$SECONDS
+pids=()
+member "$main" & pids+=($!)
+for s in ${others//,/ }; do member "$s" & pids+=($!); done
+wait "${pids[@]}"   # not a bare wait: that would also wait for the log's tee
+echo "== all trainings: $((SECONDS - t0)) s"
+
+e=/tmp/preset_ensemble
+rm -rf "$e" && cp -r "gpu/$dataset" "$e"
+mv "/tmp/preset_$main/retriever_loo" "$e/retriever_loo"
+for s in ${others//,/ }; do mv "/tmp/preset_$s/retriever_loo" "$e/retriever_loo_seed$s"; done
+t0=$SECONDS
+timeout -k 5 240 python3 -m experiments.cli eval-warm --workdir "$e" --validation --batch-size 256 \
+  --config "$preset" "${sets[@]}" > "$OUT/eval.log" 2>&1
+echo "== eval rc=$? $((SECONDS - t0)) s"
+cp "$e/results/validation_warm.json" "$OUT/" 2>/dev/null
+tail -3 "$OUT/eval.log"
+# one archive: the device tool returns only a few files per call
+(cd "$OUT" && tar -czf preset.tgz seed* eval.log validation_warm.json 2>/dev/null; rm -f seed* eval.log)
+echo "== total $SECONDS s"
