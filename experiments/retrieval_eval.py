@@ -457,7 +457,9 @@ def evaluate_warm(
         for name, d in decoded.items()
     }
     # A model-free reference: the items most often next to the user's last item in training.
-    methods["item_cooccurrence"] = cooccurrence_metrics(ds.histories, histories, targets, len(sids))
+    # One ranking gives both the plain list and the one without the user's history items.
+    cooc, cooc_unseen = cooccurrence_metrics(ds.histories, histories, targets, len(sids))
+    methods["item_cooccurrence"] = cooc
     # The same ranked lists without each user's own history items: one interaction per user and
     # item, so a history item is never a target (S3-Rec's full-sort protocol ranks this way).
     history_excluded = {
@@ -469,9 +471,7 @@ def evaluate_warm(
         )
         for name, d in decoded.items()
     }
-    history_excluded["item_cooccurrence"] = cooccurrence_metrics(
-        ds.histories, histories, targets, len(sids), drop_history=True
-    )
+    history_excluded["item_cooccurrence"] = cooc_unseen
     result = {
         "dataset": cfg.data.dataset,
         "num_test_users": int(len(targets)),

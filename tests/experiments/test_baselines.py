@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from data.types import Histories
-from experiments import baselines
+from experiments import baselines, metrics
 
 
 def _brute_force(emb, history, candidates, k, recent=3):
@@ -75,8 +75,35 @@ def test_cooccurrence_metrics_read_no_held_out_item():
     # Training = each history without its last two items: the pair (2, 3) is never counted, so
     # user 1 (last item 2, target 3) is ranked by popularity and misses at rank 1.
     all_h = Histories.from_lists([[0, 1, 0, 1, 2, 3], [1, 0, 2, 3, 4]])
-    m = baselines.cooccurrence_metrics(all_h, Histories.from_lists([[0], [2]]), np.array([1, 3]), 5)
+    m, _ = baselines.cooccurrence_metrics(
+        all_h, Histories.from_lists([[0], [2]]), np.array([1, 3]), 5
+    )
     assert m["recall@1"] == pytest.approx(0.5)  # user 0: 1 follows 0 in training
+
+
+def test_cooccurrence_metrics_plain_and_unseen_from_one_ranking():
+    # Both lists against their own rankings: the plain top 10, and a ranking as deep as the
+    # catalog with the history items dropped afterwards (the brute-force "unseen top 10").
+    rng = np.random.default_rng(3)
+    n = 40
+    all_h = Histories.from_lists(
+        [list(rng.choice(n, rng.integers(4, 12), replace=False)) for _ in range(60)]
+    )
+    lists = [list(rng.choice(n, rng.integers(1, 15), replace=False)) for _ in range(25)]
+    users = Histories.from_lists(lists)
+    targets = rng.integers(0, n, 25)
+    plain, unseen = baselines.cooccurrence_metrics(all_h, users, targets, n)
+    train = baselines.loo_training(all_h, n)
+    want_plain = baselines.cooccurrence_ranking(train, users, n, k=10)
+    full = baselines.cooccurrence_ranking(train, users, n, k=n)
+    want_unseen = [
+        [i for i in row if i not in h][:10] for row, h in zip(full.tolist(), lists, strict=True)
+    ]
+    want_unseen = np.array([r + [-1] * (10 - len(r)) for r in want_unseen])
+    for got, want in ((plain, want_plain), (unseen, want_unseen)):
+        ref = metrics.ranking_metrics(want, targets, ks=(1, 5, 10), ndcg_ks=(5, 10))
+        assert {k: got[k] for k in ref} == pytest.approx(ref)
+    assert unseen["recall@10"] != plain["recall@10"]  # the fixture makes the two lists differ
 
 
 @pytest.mark.slow
