@@ -14,7 +14,7 @@ from data.errors import ArgumentError
 from data.splits import check_fraction
 from decoding.config import DecodeConfig
 from rqvae.config import RQVAEConfig
-from seqmodel.config import SeqModelConfig
+from seqmodel.config import ENSEMBLE_RULES, SeqModelConfig
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,6 +51,10 @@ class EvalConfig:
     # (WORKDIR/retriever_loo_seedN), and eval-warm ranks by the average of their per-level
     # log-probabilities with the main retriever's (an ensemble of seeds; `--ensemble` by hand).
     warm_ensemble_seeds: tuple[int, ...] = ()
+    # How an ensemble ranks a beam: product (each level's log-probabilities averaged over the
+    # members and renormalised) or mixture (log of the members' mean joint probability of the
+    # prefix, exact level by level; seqmodel.inference.ensemble_decoder).
+    warm_ensemble_rule: str = "product"
     cold: bool = True  # the pipeline trains the cold-start retrievers and runs eval-cold-start
     # A preset name: the pipeline's leave-one-out part runs as that preset in WORKDIR/loo (its own
     # tokenizer and retrievers; one work directory holds one tokenizer), and its results/warm.json
@@ -175,6 +179,10 @@ def validate(cfg: Config) -> Config:
         raise ArgumentError(f"eval.warm_cooc_weight={w}: must be finite and >= 0 (0: off)")
     if not (math.isfinite(s) and s > 0):
         raise ArgumentError(f"eval.warm_cooc_smoothing={s}: must be finite and > 0")
+    if cfg.eval.warm_ensemble_rule not in ENSEMBLE_RULES:
+        raise ArgumentError(
+            f"eval.warm_ensemble_rule={cfg.eval.warm_ensemble_rule!r}: one of {ENSEMBLE_RULES}"
+        )
     seeds = cfg.eval.warm_ensemble_seeds
     if seeds and not cfg.eval.warm:
         raise ArgumentError("eval.warm_ensemble_seeds: needs eval.warm=true")

@@ -149,8 +149,13 @@ def warm_table(result: dict) -> str:
         for method, m in excluded.items():
             lines.append(f"| {method} | " + " | ".join(f"{m[k]:.4f}" for k in keys) + " |")
     if members := result.get("ensemble"):
+        how = (
+            "beams scored by the log of the members' mean joint probability"
+            if result.get("ensemble_rule") == "mixture"
+            else "per-level log-probabilities averaged"
+        )
         lines.append(
-            f"\nAn ensemble of {len(members)} retrievers (per-level log-probabilities averaged): "
+            f"\nAn ensemble of {len(members)} retrievers ({how}): "
             + ", ".join(f"`{m}`" for m in members)
             + "."
         )

@@ -66,17 +66,19 @@ def load_inputs(cfg: Config, layout: RunLayout) -> tuple[InteractionData, np.nda
     return ds, load_sids(cfg, layout, ds)
 
 
-def _decoders(model: Retriever | list[Retriever], methods: dict, beam_size: int) -> dict:
+def _decoders(
+    model: Retriever | list[Retriever], methods: dict, beam_size: int, rule: str = "product"
+) -> dict:
     """One jitted decode per `name: (constraint, scoring)`; each index is moved to the device once,
-    not per batch. A list of several models decodes their ensemble (per-level log-probabilities
-    averaged)."""
+    not per batch. A list of several models decodes their ensemble (`ensemble_decoder`, by
+    `rule`)."""
     models = model if isinstance(model, list) else [model]
     if len(models) == 1:
         return {
             name: retrieval_fn(models[0], jax.device_put(c), beam_size=beam_size, scoring=scoring)
             for name, (c, scoring) in methods.items()
         }
-    decode = ensemble_decoder(models, beam_size=beam_size)  # every member's parameters, once
+    decode = ensemble_decoder(models, beam_size=beam_size, rule=rule)  # parameters placed once
     placed = {name: (jax.device_put(c), scoring) for name, (c, scoring) in methods.items()}
     return {
         name: lambda tokens, c=c, scoring=scoring: decode(tokens, c, scoring)
@@ -160,7 +162,8 @@ def cooccurrence_prior_method(
     beam_size: int,
 ) -> Callable:
     """The retrievers' beams over the catalog with the co-occurrence prior
-    (eval.warm_cooc_weight, _smoothing; `baselines.CooccurrencePrior` counted on `train`): the
+    (eval.warm_cooc_weight, _smoothing; `baselines.CooccurrencePrior` counted on `train`; an
+    ensemble by eval.warm_ensemble_rule): the
     decode function `(tokens, last items) -> beams`. Each batch's priors over the catalog are
     computed with its batch, so memory does not grow with users x items."""
     table = PrefixTable.build(sids, models[0].space.codebook_size)
@@ -172,6 +175,7 @@ def cooccurrence_prior_method(
         weight=eval_cfg.warm_cooc_weight,
         beam_size=beam_size,
         scoring=scoring,
+        rule=eval_cfg.warm_ensemble_rule,
     )
 
     def decode_batch(tokens: np.ndarray, last: np.ndarray):
@@ -432,7 +436,8 @@ def evaluate_warm(
     }
     if scoring is not None:  # the plain joint log-probability beside (TIGER's ranking rule)
         constraints["static_plain"] = (StaticConstraint(index), None)
-    decoders = _decoders([model, *members], constraints, K)
+    rule = cfg.eval.warm_ensemble_rule
+    decoders = _decoders([model, *members], constraints, K, rule)
     users = _sample_users(len(split.test_targets), cfg.eval)
     histories = Histories.from_lists([split.test_histories[int(u)] for u in users])
     row_inputs = {}
@@ -483,6 +488,7 @@ def evaluate_warm(
     }
     if members:
         result["ensemble"] = [str(rdir), *map(str, ensemble)]
+        result["ensemble_rule"] = rule
     if scoring is not None:
         result["scoring"] = {
             "prior_weight": cfg.eval.warm_prior_weight,

@@ -27,7 +27,7 @@ _WARM_ONLY_EVAL_FIELDS = ("warm_prior_weight", "warm_prior_levels")
 _COOC_PRIOR_FIELDS = ("warm_cooc_weight", "warm_cooc_smoothing")
 # Fields added later that enter a key only when set (the ensemble: only the leave-one-out key),
 # so a ledger written before they existed stays up to date; `cold` only chooses stages.
-_LATER_EVAL_FIELDS = ("warm_ensemble_seeds", "cold", "warm_preset")
+_LATER_EVAL_FIELDS = ("warm_ensemble_seeds", "cold", "warm_preset", "warm_ensemble_rule")
 # The prefix of the leave-one-out part's stages when it runs as another preset (eval.warm_preset).
 WARM_RUN_PREFIX = "loo/"
 
@@ -60,6 +60,8 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
             del warm_eval[name]
     if cfg.eval.warm_ensemble_seeds:
         warm_eval["warm_ensemble_seeds"] = cfg.eval.warm_ensemble_seeds
+    if cfg.eval.warm_ensemble_rule != "product":
+        warm_eval["warm_ensemble_rule"] = cfg.eval.warm_ensemble_rule
     if cfg.eval.warm_cooc_weight:
         warm_eval.update(cooc_prior)
 

@@ -5,6 +5,8 @@ import dataclasses
 LAYOUTS = ("causal", "sliding", "packed", "bucketed")
 ARCHS = ("token", "item")
 DRAFT_HEADS = ("none", "joint")
+# How an ensemble of retrievers ranks beams (seqmodel.inference.ensemble_decoder).
+ENSEMBLE_RULES = ("product", "mixture")
 DRAFT_CELLS = ("rnn", "gru", "add")
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
@@ -16,7 +17,7 @@ from data.pipeline import padded_batches
 from decoding import BeamResult, Constraint, LevelScoring, PrefixPrior, PrefixTable, beam_search
 from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints
-from seqmodel.config import SeqModelConfig
+from seqmodel.config import ENSEMBLE_RULES, SeqModelConfig
 from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE
 from seqmodel.state import Retriever, abstract_train_state, eval_params
 from seqmodel.tokens import TokenSpace
@@ -52,17 +53,18 @@ def prior_retrieval_fn(
     weight: float,
     beam_size: int,
     scoring: LevelScoring | None = None,
+    rule: str = "product",
 ) -> Callable[[np.ndarray, np.ndarray], BeamResult]:
     """`retrieval_fn` with a per-row prior over the items of `table` (decoding.prefix_prior): a
     jitted `(tokens [B, T], bias [B, P]) -> BeamResult`, where bias holds each row's
     log p(node | parent) (`PrefixTable.conditional_log_prior`), added `weight` times. A list of
-    several models decodes their ensemble (`ensemble_decoder`)."""
+    several models decodes their ensemble (`ensemble_decoder`, by `rule`)."""
     table.check_vocab(constraint.vocab_size)
     models = model if isinstance(model, list) else [model]
     constraint, scoring = jax.device_put((constraint, scoring))
     child, w = jax.device_put((table.child, np.float32(weight)))
     if len(models) > 1:
-        ensemble = ensemble_decoder(models, beam_size=beam_size)
+        ensemble = ensemble_decoder(models, beam_size=beam_size, rule=rule)
 
         def fn(bias, tokens):
             return ensemble(
@@ -110,13 +112,24 @@ def recall_at_k(
 
 
 def ensemble_decoder(
-    models: list[Retriever], *, beam_size: int
+    models: list[Retriever], *, beam_size: int, rule: str = "product"
 ) -> Callable[[np.ndarray, Constraint, LevelScoring | None], BeamResult]:
-    """A `(tokens, constraint, scoring) -> BeamResult` over averaged per-level log-probs; `scoring`
-    is a decoding.LevelScoring, or None for the joint log-probability. The models' parameters are
-    put on the device once, here; they and the constraint are arguments of the compiled function,
-    not constants inside it, so one decoder serves every constraint (put the constraint on the
-    device once too, with `jax.device_put`, when it is reused)."""
+    """A `(tokens, constraint, scoring) -> BeamResult` over the ensemble of `models`; `scoring`
+    is a decoding.LevelScoring, or None for the ensemble's joint log-probability.
+
+    rule "product": each level's log-probabilities averaged over the members and renormalised
+    (a geometric mean per level). rule "mixture": a beam scores log mean_i P_i(prefix), the
+    members' mean joint probability of its prefix, exactly: every beam carries each member's
+    log P_i(prefix) and the level's increment is logsumexp_i(log P_i(prefix) + log p_i(code |
+    prefix)) - logsumexp_i(log P_i(prefix)), which sums over the levels to the mixture's
+    log-probability of the whole SID.
+
+    The models' parameters are put on the device once, here; they and the constraint are
+    arguments of the compiled function, not constants inside it, so one decoder serves every
+    constraint (put the constraint on the device once too, with `jax.device_put`, when it is
+    reused)."""
+    if rule not in ENSEMBLE_RULES:
+        raise ValueError(f"ensemble rule {rule!r}: one of {ENSEMBLE_RULES}")
     num_levels = models[0].space.num_levels
     graphdefs, params = zip(*(nnx.split(m) for m in models), strict=True)
     params = jax.device_put(params)
@@ -124,17 +137,41 @@ def ensemble_decoder(
     def mean_log_probs(parts):
         return jax.nn.log_softmax(sum(parts) / len(parts), axis=-1)
 
+    def mixture(parts, prefix_lp):
+        """(the level's increment [..., V], each member's log-probs [..., M, V]) from the members'
+        outputs and their log P_i(prefix) [..., M]."""
+        lp = jax.nn.log_softmax(jnp.stack(parts, axis=-2), axis=-1)
+        joint = jax.nn.logsumexp(prefix_lp[..., None] + lp, axis=-2)
+        return joint - jax.nn.logsumexp(prefix_lp, axis=-1)[..., None], lp
+
     @jax.jit
     def run(params, constraint, tokens, scoring) -> BeamResult:
         ms = [nnx.merge(g, p) for g, p in zip(graphdefs, params, strict=True)]
         prefilled = [m.prefill(tokens) for m in ms]
-        first = mean_log_probs([lp for lp, _ in prefilled])
-
-        def step(codes, level, caches):
-            outs = [m.step(codes, level, c) for m, c in zip(ms, caches, strict=True)]
-            return mean_log_probs([o[0] for o in outs]), tuple(o[1] for o in outs)
-
         caches = tuple(c for _, c in prefilled)
+        parts = [lp for lp, _ in prefilled]
+        if rule == "product":
+            first = mean_log_probs(parts)
+
+            def step(codes, level, caches):
+                outs = [m.step(codes, level, c) for m, c in zip(ms, caches, strict=True)]
+                return mean_log_probs([o[0] for o in outs]), tuple(o[1] for o in outs)
+
+        else:
+            # The cache also carries, per beam, each member's log P_i(prefix) [M] and its last
+            # level's log-probs [M, V], so the code chosen there can be added at the next step.
+            prefix_lp = jnp.zeros((tokens.shape[0], len(ms)), jnp.float32)
+            first, lp = mixture(parts, prefix_lp)
+            caches = (caches, prefix_lp, lp)
+
+            def step(codes, level, carried):
+                caches, prefix_lp, lp = carried
+                idx = jnp.broadcast_to(codes[..., None, None], (*lp.shape[:-1], 1))
+                prefix_lp = prefix_lp + jnp.take_along_axis(lp, idx, axis=-1)[..., 0]
+                outs = [m.step(codes, level, c) for m, c in zip(ms, caches, strict=True)]
+                inc, lp = mixture([o[0] for o in outs], prefix_lp)
+                return inc, (tuple(o[1] for o in outs), prefix_lp, lp)
+
         return beam_search(
             step,
             first,

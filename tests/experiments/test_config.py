@@ -73,3 +73,25 @@ def test_json_round_trip(tmp_path):
 def test_unknown_preset():
     with pytest.raises(ValueError, match="unknown preset"):
         config_lib.load_preset("nope")
+
+
+def test_ensemble_rule_is_checked_and_enters_the_leave_one_out_key_only_when_not_product(tmp_path):
+    import dataclasses
+
+    from data.errors import ArgumentError
+    from experiments.layout import RunLayout
+    from experiments.workflow import build_stages
+
+    cfg = config_lib.load_preset("tiny")
+    with pytest.raises(ArgumentError, match="eval.warm_ensemble_rule='mean': one of"):
+        config_lib.validate(config_lib.apply_overrides(cfg, ["eval.warm_ensemble_rule=mean"]))
+
+    def keys(rule):
+        c = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, warm_ensemble_rule=rule))
+        return {s.name: s.key_parts for s in build_stages(c, RunLayout(tmp_path), progress=False)}
+
+    # "product" is the rule every result before the field was made with: its keys stay as they were.
+    product, mixture = keys("product"), keys("mixture")
+    assert mixture["eval_warm"] != product["eval_warm"]
+    assert all(mixture[n] == product[n] for n in product if n != "eval_warm")
+    assert "warm_ensemble_rule" not in str(product["eval_warm"])
