@@ -48,8 +48,8 @@ class EvalConfig:
     warm_cooc_smoothing: float = 10.0
     warm: bool = True  # the pipeline also trains a leave-one-out retriever and runs eval-warm
     # The pipeline also trains a leave-one-out retriever with each of these `seqmodel.seed`s
-    # (WORKDIR/retriever_loo_seedN), and eval-warm ranks by the average of their per-level
-    # log-probabilities with the main retriever's (an ensemble of seeds; `--ensemble` by hand).
+    # (WORKDIR/retriever_loo_seedN), and eval-warm ranks them with the main retriever as one
+    # ensemble (of seeds; `--ensemble` by hand), by `warm_ensemble_rule`.
     warm_ensemble_seeds: tuple[int, ...] = ()
     # How an ensemble ranks a beam: product (each level's log-probabilities averaged over the
     # members and renormalised) or mixture (log of the members' mean joint probability of the

@@ -163,9 +163,9 @@ def cooccurrence_prior_method(
 ) -> Callable:
     """The retrievers' beams over the catalog with the co-occurrence prior
     (eval.warm_cooc_weight, _smoothing; `baselines.CooccurrencePrior` counted on `train`; an
-    ensemble by eval.warm_ensemble_rule): the
-    decode function `(tokens, last items) -> beams`. Each batch's priors over the catalog are
-    computed with its batch, so memory does not grow with users x items."""
+    ensemble ranked by eval.warm_ensemble_rule): the decode function `(tokens, last items) ->
+    beams`. Each batch's priors over the catalog are computed with its batch, so memory does not
+    grow with users x items."""
     table = PrefixTable.build(sids, models[0].space.codebook_size)
     prior = CooccurrencePrior.fit(train, len(sids), eval_cfg.warm_cooc_smoothing)
     run = prior_retrieval_fn(

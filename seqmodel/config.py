@@ -5,9 +5,9 @@ import dataclasses
 LAYOUTS = ("causal", "sliding", "packed", "bucketed")
 ARCHS = ("token", "item")
 DRAFT_HEADS = ("none", "joint")
+DRAFT_CELLS = ("rnn", "gru", "add")
 # How an ensemble of retrievers ranks beams (seqmodel.inference.ensemble_decoder).
 ENSEMBLE_RULES = ("product", "mixture")
-DRAFT_CELLS = ("rnn", "gru", "add")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
