@@ -113,6 +113,10 @@ class SeqModelConfig:
     # target's prefix, weighted by their pair counts. 0: the plain log-likelihood.
     cooc_distill: float = 0.0
     cooc_neighbors: int = 32
+    # arch=item only: > 0 adds, with this weight, -log(1 - p(the item just read)) at every target
+    # (unlikelihood on repeats: seqmodel.item_model.target_and_repeat_logits), for data that never
+    # repeat an item in a history. 0: off.
+    unlikelihood: float = 0.0
     seed: int = 0
     # none: a plain retriever; joint: it also trains the draft head `draft` (its loss added).
     draft_head: str = "none"
@@ -161,6 +165,11 @@ class SeqModelConfig:
                 "seqmodel.cooc_distill must be in [0, 1] and seqmodel.cooc_neighbors >= 1, got "
                 f"{self.cooc_distill} and {self.cooc_neighbors}"
             )
+        if self.unlikelihood < 0 or (self.unlikelihood and self.arch != "item"):
+            raise ValueError(
+                "seqmodel.unlikelihood must be >= 0, and > 0 only with seqmodel.arch=item, got "
+                f"{self.unlikelihood} with arch={self.arch}"
+            )
         for name in ("cooc_distill", "shuffle_ties"):
             if getattr(self, name) and self.layout == "packed":
                 raise ValueError(
@@ -183,4 +192,6 @@ def identity_fields(cfg: SeqModelConfig) -> dict:
         del fields["shuffle_ties"]
     if not cfg.cooc_distill:
         del fields["cooc_distill"], fields["cooc_neighbors"]
+    if not cfg.unlikelihood:
+        del fields["unlikelihood"]
     return fields

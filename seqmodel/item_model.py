@@ -95,18 +95,38 @@ class ItemDecoder(nnx.Module):
         """
         if segments is not None:
             raise ValueError("seqmodel.arch=item does not take packed rows (seqmodel.layout)")
+        return self.target_and_repeat_logits(inputs, dropout_key)[0]
+
+    def target_and_repeat_logits(
+        self, inputs: Int[Array, "B T"], dropout_key: jax.Array | None = None
+    ) -> tuple[Float[Array, "B T V"], Float[Array, "B G"]]:
+        """`target_logits`, and from the same backbone states the log-probability of a repeat:
+        for each group g, log p(item g | state g), the item the state has just read predicted as
+        the next one (teacher-forced through the head; any value for BOS and padding groups, whose
+        windows are not items). seqmodel.unlikelihood trains it down."""
         B, T = inputs.shape
-        L = self.space.num_levels
+        L, V = self.space.num_levels, self.space.codebook_size
         if T % L:
             raise ValueError(f"inputs: length {T} is not a multiple of {L} tokens per item")
-        s = self._item_states(inputs, dropout_key)
+        states = self._item_states(inputs, dropout_key)
         fed_BGL = inputs.reshape(B, T // L, L)
-        out = []
+        out, s = [], states
         for level in range(L):
             out.append(self._level_logits(level, s))
             if level + 1 < L:
                 s = self._next(level, fed_BGL[:, :, level + 1], s)
-        return jnp.stack(out, axis=2).reshape(B, T, -1)
+        # Group g's window is item g's L tokens (those up to token g L); BOS and padding give
+        # codes outside [0, V), clipped here and masked by the caller.
+        windows = jnp.concatenate([jnp.full((B, L - 1), PAD, inputs.dtype), inputs], axis=1)
+        seen_BGL = windows[:, :T].reshape(B, T // L, L)
+        repeat, s = jnp.zeros(states.shape[:2], jnp.float32), states
+        for level in range(L):
+            code = jnp.clip(seen_BGL[..., level] - NUM_SPECIAL - level * V, 0, V - 1)
+            lp = jax.nn.log_softmax(self._level_logits(level, s).astype(jnp.float32), axis=-1)
+            repeat = repeat + jnp.take_along_axis(lp, code[..., None], axis=-1)[..., 0]
+            if level + 1 < L:
+                s = self._next(level, seen_BGL[..., level], s)
+        return jnp.stack(out, axis=2).reshape(B, T, -1), repeat
 
     def prefill(self, tokens: Int[Array, "B T"]) -> tuple[Float[Array, "B V"], jax.Array]:
         """Level-0 log-probs after a left-padded history, and the GRU state as the cache."""

@@ -41,6 +41,7 @@ from seqmodel.inference import decode, recall_at_k
 from seqmodel.model import token_log_likelihood
 from seqmodel.state import TrainState, eval_params, new_train_state
 from seqmodel.tokens import (
+    NUM_SPECIAL,
     PAD,
     TokenizeExample,
     TokenSpace,
@@ -55,7 +56,10 @@ def loss_fn(
 ) -> tuple[Float[Array, ""], dict]:
     """Mean negative log-likelihood of the weighted target tokens."""
     model = nnx.merge(graphdef, params)
-    logits = model.target_logits(batch["inputs"], dropout_key, batch.get("segments"))
+    if model.cfg.unlikelihood:
+        logits, repeat = model.target_and_repeat_logits(batch["inputs"], dropout_key)
+    else:
+        logits = model.target_logits(batch["inputs"], dropout_key, batch.get("segments"))
     ll = token_log_likelihood(logits, batch["targets"], model.space)
     w = batch["weights"]
     count = w.sum()
@@ -68,6 +72,8 @@ def loss_fn(
         mixed = teacher_mix(ll, logits, batch["teach_codes"], batch["teach_weights"], model.cfg)
         objective = -(mixed * w).sum()
     loss, aux = objective / jnp.maximum(denominator, 1.0), {"nll_sum": nll_sum, "count": count}
+    if model.cfg.unlikelihood:
+        loss = loss + model.cfg.unlikelihood * repeat_penalty(repeat, batch["inputs"], w, model)
     if hasattr(model, "draft"):
         # Joint training (seqmodel.draft_head="joint"): the head's NLL on each row's last item,
         # from a second backbone pass over history + placeholders. Its dropout key is new, so
@@ -77,6 +83,23 @@ def loss_fn(
         loss = loss + model.cfg.draft.loss_weight * d_sum / jnp.maximum(d_count, 1.0)
         aux.update(draft_nll_sum=d_sum, draft_count=d_count)
     return loss, aux
+
+
+def repeat_penalty(
+    repeat: Float[Array, "B G"], inputs: Int[Array, "B T"], w: Float[Array, "B T"], model
+) -> Float[Array, ""]:
+    """Mean of -log(1 - p) over the groups that read an item and have a target after it, p the
+    probability of predicting that item again (`target_and_repeat_logits`)."""
+    B, T = inputs.shape
+    L = model.space.num_levels
+    # Group g reads the tokens up to g L, an item's last code where that token is a code (not BOS
+    # or padding), and predicts the item whose level 0 is the target at position g L.
+    real = inputs.reshape(B, T // L, L)[:, :, 0] >= NUM_SPECIAL
+    has_target = w.reshape(B, T // L, L)[:, :, 0] > 0
+    mask = (real & has_target).astype(jnp.float32)
+    # log(1 - p) from log p, kept finite: p is capped just under 1.
+    log_not = jnp.log1p(-jnp.exp(jnp.minimum(repeat, -1e-6)))
+    return -(log_not * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
 
 def teacher_mix(

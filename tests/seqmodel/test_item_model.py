@@ -61,6 +61,59 @@ def test_teacher_forced_logits_equal_prefill_and_steps(item_model, tiny_cfg):
         np.testing.assert_allclose(np.stack(got), lp_train, atol=2e-5)
 
 
+def _joint_log_prob(prefill, step, history, codes):
+    """log p(codes | history) by decoding: the prefill, then one step per level."""
+    lp, s = prefill(jnp.asarray(history))
+    total, s = float(lp[0, codes[0]]), s[:, None]
+    for level in range(1, L):
+        lp, s = step(jnp.asarray(codes[level - 1]).reshape(1, 1), level, s)
+        total += float(lp[0, 0, codes[level]])
+    return total
+
+
+def test_repeat_log_probs_are_the_decoding_log_probs_of_the_item_just_read(item_model, tiny_cfg):
+    """Group g's repeat log-prob is what decoding gives the item it has just read, as the next."""
+    _, prefill, step = _fns(item_model)
+    graphdef, state = nnx.split(item_model)
+    both = jax.jit(lambda s, t: nnx.merge(graphdef, s).target_and_repeat_logits(t))
+    tok = _tokens()
+    items = np.array([3, 1, 4, 5])
+    ex = TokenizeExample(tok, tiny_cfg.max_history, "causal").map({"items": items})
+    logits, repeat = both(state, jnp.asarray(ex["inputs"][None]))
+    plain = item_model.target_logits(jnp.asarray(ex["inputs"][None]))
+    np.testing.assert_allclose(logits, plain, atol=1e-6)
+    for g in range(1, len(items)):  # group g has read items[:g]; its last is items[g - 1]
+        history = encode_history(tok, items[:g], tiny_cfg.max_history - 1)[None]
+        codes = tok[items[g - 1]] - 2 - V * np.arange(L)
+        want = _joint_log_prob(prefill, step, history, codes)
+        assert float(repeat[0, g]) == pytest.approx(want, abs=1e-4)
+
+
+def test_unlikelihood_adds_its_weight_times_the_mean_repeat_penalty(tiny_cfg, space):
+    from seqmodel.train import loss_fn
+
+    tok = _tokens()
+    rows = [np.array([3, 1, 4, 5]), np.array([7, 2])]
+    exs = [TokenizeExample(tok, tiny_cfg.max_history, "causal").map({"items": r}) for r in rows]
+    batch = {
+        k: jnp.asarray(np.stack([e[k] for e in exs])) for k in ("inputs", "targets", "weights")
+    }
+    losses, repeats = [], None
+    for a in (0.0, 0.5):
+        cfg = dataclasses.replace(tiny_cfg, arch="item", unlikelihood=a)
+        model = nnx.jit(lambda cfg=cfg: ItemDecoder(cfg, space, rngs=nnx.Rngs(0)))()
+        graphdef, params = nnx.split(model)
+        losses.append(float(loss_fn(params, graphdef, batch, None)[0]))
+        repeats = model.target_and_repeat_logits(batch["inputs"])[1]
+    # The groups that read an item and have a target after it: groups 1-3 of the first row (items
+    # 3, 1, 4), group 3 of the second, which is left-padded (group 2 reads BOS, group 3 item 7).
+    assert batch["inputs"][1, 6] == 1  # BOS
+    p = np.exp(np.concatenate([np.asarray(repeats[0, 1:4]), np.asarray(repeats[1, 3:4])]))
+    assert losses[1] - losses[0] == pytest.approx(0.5 * np.mean(-np.log1p(-p)), rel=1e-4)
+    with pytest.raises(ValueError, match="unlikelihood"):
+        dataclasses.replace(tiny_cfg, unlikelihood=0.5)  # the token-level model has no repeat head
+
+
 def test_left_padding_does_not_change_the_prefill(item_model, space):
     _, prefill, _ = _fns(item_model)
     tok, items = _tokens(), np.array([4, 0, 9])
