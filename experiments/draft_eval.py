@@ -136,7 +136,7 @@ def _metrics(decoded: dict, targets, allowed_mask, allowed_key: str) -> dict:
     return out
 
 
-def _decode(model, head, constraints, scoring, inputs, sids, K, batch_size, desc):
+def _decode(model, head, constraints, scoring, inputs, sids, K, batch_size, desc, progress):
     from seqmodel.draft import draft_retrieval_fn
 
     fns = {
@@ -145,12 +145,18 @@ def _decode(model, head, constraints, scoring, inputs, sids, K, batch_size, desc
     }
     V = model.space.codebook_size
     return evaluate.decode_interleaved(
-        fns, inputs, metrics.SIDLookup(sids, V), batch_size=batch_size, desc=desc
+        fns, inputs, metrics.SIDLookup(sids, V), batch_size=batch_size, desc=desc, progress=progress
     )
 
 
 def evaluate_warm(
-    cfg: Config, layout: RunLayout, decoder: str, *, batch_size: int = 64, name: str = ""
+    cfg: Config,
+    layout: RunLayout,
+    decoder: str,
+    *,
+    batch_size: int = 64,
+    name: str = "",
+    progress: bool = True,
 ) -> Written:
     """Leave-one-out Recall/NDCG@5/10 of a draft decoder (same users and K as beam search's)."""
     loo = Split("loo")
@@ -165,7 +171,9 @@ def evaluate_warm(
     constraints = draft_constraints(
         decoder, sids, V, L, verify=cfg.seqmodel.draft.verify, dense_levels=cfg.decode.dense_levels
     )
-    decoded = _decode(model, head, constraints, None, inputs, sids, K, batch_size, decoder)
+    decoded = _decode(
+        model, head, constraints, None, inputs, sids, K, batch_size, decoder, progress
+    )
     everything = np.ones(len(sids), bool)
     result = {
         "dataset": cfg.data.dataset,
@@ -190,6 +198,7 @@ def evaluate_cold_start(
     batch_size: int = 64,
     validation: bool = False,
     name: str = "",
+    progress: bool = True,
 ) -> Written:
     """A draft decoder over the cold set: verified against it (nezha) or masked by STATIC over it
     (nezha-static); beam scores as beam search's (eval.cold_prior_weight, cold_level_weights)."""
@@ -211,8 +220,9 @@ def evaluate_cold_start(
         dense_levels=cfg.decode.dense_levels,
     )
     scoring = cold_scoring(cfg.eval, split.train, sids, V)
+    desc = f"cold {fraction:g}"
     decoded = _decode(
-        model, head, constraints, scoring, inputs, sids, K, batch_size, f"cold {fraction:g}"
+        model, head, constraints, scoring, inputs, sids, K, batch_size, desc, progress
     )
     result = {
         "dataset": cfg.data.dataset,

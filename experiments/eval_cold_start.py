@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--decoder", choices=draft_eval.DECODERS, default="beam", help="beam search or a draft head"
     )
     parser.add_argument("--draft-name", default="", help="the head of `train-draft --name`")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_config_args(parser)
 
 
@@ -57,12 +58,18 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             validation=args.validation,
             name=args.draft_name,
+            progress=not args.no_progress,
         )
         stages.save_config(cfg, layout)
         print(draft_eval.methods_table(written.summary, draft_eval.COLD_KEYS))
         return 0
     written = stages.evaluate_cold_start(
-        cfg, layout, fraction, batch_size=args.batch_size, validation=args.validation
+        cfg,
+        layout,
+        fraction,
+        batch_size=args.batch_size,
+        validation=args.validation,
+        progress=not args.no_progress,
     )
     stages.save_config(cfg, layout)
     result = written.summary

@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "trained with --set seqmodel.seed=N); the beams rank by the average of the "
         "retrievers' per-level log-probabilities (repeatable; beam search only)",
     )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_config_args(parser)
 
 
@@ -55,10 +56,16 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             validation=args.validation,
             ensemble=args.ensemble,
+            progress=not args.no_progress,
         )
     else:
         written = draft_eval.evaluate_warm(
-            cfg, layout, args.decoder, batch_size=args.batch_size, name=args.draft_name
+            cfg,
+            layout,
+            args.decoder,
+            batch_size=args.batch_size,
+            name=args.draft_name,
+            progress=not args.no_progress,
         )
     stages.save_config(cfg, layout)
     if args.decoder == "beam":

@@ -105,13 +105,15 @@ def test_cold_start_scoring_reports_plain_static_beside(workdir, capsys):
 
 
 @pytest.mark.slow
-def test_validation_protocol_end_to_end(workdir):
+def test_validation_protocol_end_to_end(workdir, capsys):
     w = str(workdir)
     train = ["train-retriever", "--workdir", w, "--split", "cold-val", "--cold-start", "0.05"]
     assert cli.main([*train, "--no-progress", *TRAIN_FAST]) == 0
     assert (workdir / "retriever_coldval_0.05" / "train_summary.json").exists()
     argv = ["eval-cold-start", "--workdir", w, "--cold-start", "0.05", "--validation"]
-    assert cli.main(argv) == 0
+    capsys.readouterr()
+    assert cli.main([*argv, "--no-progress"]) == 0
+    assert "cold 0.05:" not in capsys.readouterr().err  # no progress bar
     res = json.loads((workdir / "results" / "validation_cold_start_0.05.json").read_text())
     assert res["split"] == "validation"
     assert res["methods"]["static"]["cold_rate"] == 1.0
