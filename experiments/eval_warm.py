@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="another leave-one-out retriever directory trained on the same SIDs (another "
         "seed: a work directory holding a copy of this one's prepared data and tokenizer, "
-        "trained with --set seqmodel.seed=N); the beams rank by the average of the "
-        "retrievers' per-level log-probabilities (repeatable; beam search only)",
+        "trained with --set seqmodel.seed=N); the retrievers' beams are ranked as one ensemble "
+        "(eval.warm_ensemble_rule; repeatable; beam search only)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_config_args(parser)

@@ -95,7 +95,7 @@ class ItemDecoder(nnx.Module):
         """
         if segments is not None:
             raise ValueError("seqmodel.arch=item does not take packed rows (seqmodel.layout)")
-        return self.target_and_repeat_logits(inputs, dropout_key)[0]
+        return self._teacher_forced(inputs, self._row_states(inputs, dropout_key))
 
     def target_and_repeat_logits(
         self, inputs: Int[Array, "B T"], dropout_key: jax.Array | None = None
@@ -104,29 +104,44 @@ class ItemDecoder(nnx.Module):
         for each group g, log p(item g | state g), the item the state has just read predicted as
         the next one (teacher-forced through the head; any value for BOS and padding groups, whose
         windows are not items). seqmodel.unlikelihood trains it down."""
-        B, T = inputs.shape
-        L, V = self.space.num_levels, self.space.codebook_size
+        states = self._row_states(inputs, dropout_key)
+        return self._teacher_forced(inputs, states), self._repeat_log_probs(inputs, states)
+
+    def _row_states(self, inputs: Int[Array, "B T"], dropout_key: jax.Array | None) -> jax.Array:
+        """The backbone states [B, G, D] of a training row of G whole groups of L tokens."""
+        T, L = inputs.shape[1], self.space.num_levels
         if T % L:
             raise ValueError(f"inputs: length {T} is not a multiple of {L} tokens per item")
-        states = self._item_states(inputs, dropout_key)
+        return self._item_states(inputs, dropout_key)
+
+    def _teacher_forced(self, inputs: Int[Array, "B T"], s: jax.Array) -> Float[Array, "B T V"]:
+        """The head's logits of each position's level, fed the row's own next codes."""
+        B, T = inputs.shape
+        L = self.space.num_levels
         fed_BGL = inputs.reshape(B, T // L, L)
-        out, s = [], states
+        out = []
         for level in range(L):
             out.append(self._level_logits(level, s))
             if level + 1 < L:
                 s = self._next(level, fed_BGL[:, :, level + 1], s)
+        return jnp.stack(out, axis=2).reshape(B, T, -1)
+
+    def _repeat_log_probs(self, inputs: Int[Array, "B T"], s: jax.Array) -> Float[Array, "B G"]:
+        """log p(item g | state g) for every group g, the head fed item g's own codes."""
+        B, T = inputs.shape
+        L, V = self.space.num_levels, self.space.codebook_size
         # Group g's window is item g's L tokens (those up to token g L); BOS and padding give
         # codes outside [0, V), clipped here and masked by the caller.
         windows = jnp.concatenate([jnp.full((B, L - 1), PAD, inputs.dtype), inputs], axis=1)
         seen_BGL = windows[:, :T].reshape(B, T // L, L)
-        repeat, s = jnp.zeros(states.shape[:2], jnp.float32), states
+        repeat = jnp.zeros(s.shape[:2], jnp.float32)
         for level in range(L):
             code = jnp.clip(seen_BGL[..., level] - NUM_SPECIAL - level * V, 0, V - 1)
             lp = jax.nn.log_softmax(self._level_logits(level, s).astype(jnp.float32), axis=-1)
             repeat = repeat + jnp.take_along_axis(lp, code[..., None], axis=-1)[..., 0]
             if level + 1 < L:
                 s = self._next(level, seen_BGL[..., level], s)
-        return jnp.stack(out, axis=2).reshape(B, T, -1), repeat
+        return repeat
 
     def prefill(self, tokens: Int[Array, "B T"]) -> tuple[Float[Array, "B V"], jax.Array]:
         """Level-0 log-probs after a left-padded history, and the GRU state as the cache."""
