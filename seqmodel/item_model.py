@@ -48,17 +48,21 @@ class ItemDecoder(nnx.Module):
         g (L+1), which is BOS or an item's last code, so its input is the L+1 tokens up to and
         including that one: BOS alone, or one whole item. Its state predicts the next item.
         """
-        B, T = tokens.shape
-        L = self.space.num_levels
-        G = -(-T // L)
-        windows = jnp.concatenate([jnp.full((B, L - 1), PAD, tokens.dtype), tokens], axis=1)
-        windows = windows[:, : G * L].reshape(B, G, L)
+        windows = self._windows(tokens)
         real = windows != PAD
         x = (self.embed(windows) * real[..., None]).sum(axis=2)
         if hasattr(self, "item_embed"):
             x = x + self.item_embed(self._item_bucket(windows)) * real.all(-1)[..., None]
         # A group is real where its last token is (BOS or an item's last code).
         return self.norm(run_blocks(self.blocks, x, real[:, :, -1], dropout_key))
+
+    def _windows(self, tokens: Int[Array, "B T"]) -> Int[Array, "B G L"]:
+        """Each group's L tokens: those up to and including token g L (padding before BOS)."""
+        B, T = tokens.shape
+        L = self.space.num_levels
+        G = -(-T // L)
+        windows = jnp.concatenate([jnp.full((B, L - 1), PAD, tokens.dtype), tokens], axis=1)
+        return windows[:, : G * L].reshape(B, G, L)
 
     def _item_bucket(self, windows: Int[Array, "B G L"]) -> Int[Array, "B G"]:
         """Row of each group's item in `item_embed`: a multiplicative hash of the SID read as one
@@ -128,12 +132,10 @@ class ItemDecoder(nnx.Module):
 
     def _repeat_log_probs(self, inputs: Int[Array, "B T"], s: jax.Array) -> Float[Array, "B G"]:
         """log p(item g | state g) for every group g, the head fed item g's own codes."""
-        B, T = inputs.shape
         L, V = self.space.num_levels, self.space.codebook_size
-        # Group g's window is item g's L tokens (those up to token g L); BOS and padding give
-        # codes outside [0, V), clipped here and masked by the caller.
-        windows = jnp.concatenate([jnp.full((B, L - 1), PAD, inputs.dtype), inputs], axis=1)
-        seen_BGL = windows[:, :T].reshape(B, T // L, L)
+        # Group g's window is item g's L tokens; BOS and padding give codes outside [0, V),
+        # clipped here and masked by the caller.
+        seen_BGL = self._windows(inputs)
         repeat = jnp.zeros(s.shape[:2], jnp.float32)
         for level in range(L):
             code = jnp.clip(seen_BGL[..., level] - NUM_SPECIAL - level * V, 0, V - 1)

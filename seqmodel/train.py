@@ -73,7 +73,8 @@ def loss_fn(
         objective = -(mixed * w).sum()
     loss, aux = objective / jnp.maximum(denominator, 1.0), {"nll_sum": nll_sum, "count": count}
     if model.cfg.unlikelihood:
-        loss = loss + model.cfg.unlikelihood * repeat_penalty(repeat, batch["inputs"], w, model)
+        penalty = repeat_penalty(repeat, batch["inputs"], w, model.space.num_levels)
+        loss = loss + model.cfg.unlikelihood * penalty
     if hasattr(model, "draft"):
         # Joint training (seqmodel.draft_head="joint"): the head's NLL on each row's last item,
         # from a second backbone pass over history + placeholders. Its dropout key is new, so
@@ -86,12 +87,11 @@ def loss_fn(
 
 
 def repeat_penalty(
-    repeat: Float[Array, "B G"], inputs: Int[Array, "B T"], w: Float[Array, "B T"], model
+    repeat: Float[Array, "B G"], inputs: Int[Array, "B T"], w: Float[Array, "B T"], L: int
 ) -> Float[Array, ""]:
     """Mean of -log(1 - p) over the groups that read an item and have a target after it, p the
-    probability of predicting that item again (`target_and_repeat_logits`)."""
+    probability of predicting that item again (`target_and_repeat_logits`); L tokens per item."""
     B, T = inputs.shape
-    L = model.space.num_levels
     # Group g reads the tokens up to g L, an item's last code where that token is a code (not BOS
     # or padding), and predicts the item whose level 0 is the target at position g L.
     real = inputs.reshape(B, T // L, L)[:, :, 0] >= NUM_SPECIAL
