@@ -128,12 +128,22 @@ def _manager(directory: Path, *, max_to_keep: int) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(directory, options=options)
 
 
-def record_validation(progress: dict, step: int, recall: float, patience: int) -> bool:
+def new_progress() -> dict:
+    """A training loop's early-stopping record, as its checkpoints store it."""
+    return {"best_recall": -1.0, "best_step": 0, "bad_evals": 0}
+
+
+def record_validation(progress: dict, step: int, recall: float) -> bool:
     """Early-stopping bookkeeping of one validation; True when it is the best so far."""
     better = recall > progress["best_recall"]
     if better:
         progress.update(best_recall=recall, best_step=step, bad_evals=0)
     else:
         progress["bad_evals"] += 1
-    progress["stopped"] = progress["bad_evals"] >= patience
     return better
+
+
+def stopped(progress: dict, patience: int) -> bool:
+    """Whether early stopping has ended the run: `patience` validations in a row without gain.
+    Decided from the record each time, never stored, so a run goes on under a larger patience."""
+    return progress["bad_evals"] >= patience

@@ -21,7 +21,7 @@ from data.fingerprint import fingerprint
 from data.pipeline import batches
 from decoding import HashSet, HashVerify
 from seqmodel import sharding
-from seqmodel.checkpoint import Checkpoints, record_validation
+from seqmodel.checkpoint import Checkpoints, record_validation, stopped
 from seqmodel.config import DraftConfig, SeqModelConfig
 from seqmodel.draft import DraftHead, draft_decode, draft_nll
 from seqmodel.draft_files import DRAFT_FILE
@@ -171,7 +171,6 @@ def train_draft(
         iterator,
         lead=lead,
         what="config, SIDs, split or retriever",
-        patience=dcfg.patience,
     )
     metrics_path = workdir / METRICS_FILE
 
@@ -200,7 +199,7 @@ def train_draft(
             batch_size=eval_batch,
             mesh=mesh,
         )
-        better = record_validation(progress, step, recall, dcfg.patience)
+        better = record_validation(progress, step, recall)
         ckpts.save(step, state, iterator, dict(progress), best=better)
         return {"step": step, f"valid_draft_recall@{K}": recall}
 
@@ -209,7 +208,7 @@ def train_draft(
     pending, window, seconds = None, [], 0.0
     t0 = time.perf_counter()
     with jax.transfer_guard("disallow"):
-        while step < end and not progress["stopped"]:
+        while step < end and not stopped(progress, dcfg.patience):
             batch = sharding.put_batch(next(iterator), mesh)
             state, metrics = step_fn(state, backbone_params, batch)
             step += 1
@@ -236,7 +235,7 @@ def train_draft(
         "steps": step,
         "total_steps": total,
         "steps_per_epoch": steps_per_epoch,
-        "early_stopped": progress["stopped"],
+        "early_stopped": stopped(progress, dcfg.patience),
         "best_step": progress["best_step"],
         f"best_valid_draft_recall@{K}": progress["best_recall"],
         "train_seconds_this_run": seconds,

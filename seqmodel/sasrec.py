@@ -21,12 +21,12 @@ from data import atomic
 from data.fingerprint import fingerprint
 from data.pipeline import HistorySource, batches, padded_batches
 from data.types import Histories
-from seqmodel.checkpoint import record_validation
+from seqmodel.checkpoint import record_validation, stopped
 from seqmodel.config import SeqModelConfig
 from seqmodel.files import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
 from seqmodel.model import DecoderBlock, RMSNorm, dropout
 from seqmodel.state import TrainState, make_optimizer
-from seqmodel.train import append_metrics, start_or_resume
+from seqmodel.train import PatienceChange, append_metrics, start_or_resume
 
 PAD_ITEM = 0  # item i is id i + 1
 
@@ -218,8 +218,7 @@ def train_and_evaluate(
         iterator,
         lead=True,
         what="config or data",
-        patience=cfg.patience,
-        key_at_patience=key_at_patience,
+        patience_change=PatienceChange("sasrec", cfg.patience, key_at_patience),
     )
     metrics_path = workdir / METRICS_FILE
     step_fn = jax.jit(
@@ -231,7 +230,7 @@ def train_and_evaluate(
     end = total if stop_after is None else min(total, stop_after)
     bar = tqdm(total=total, initial=step, desc="sasrec", unit="step", disable=not show_progress)
     t0, seconds = time.perf_counter(), 0.0
-    while step < end and not progress["stopped"]:
+    while step < end and not stopped(progress, cfg.patience):
         batch = next(iterator)
         slots = capacity(int(batch["weights"].sum()), batch["weights"].size)
         state, metrics = step_fn(state, jax.device_put(batch), slots=slots)
@@ -241,7 +240,7 @@ def train_and_evaluate(
             seconds += time.perf_counter() - t0
             pred = top_k(graphdef, state.params, valid_items, k=10, batch_size=256)
             recall = _recall(pred, valid_targets)
-            better = record_validation(progress, step, recall, cfg.patience)
+            better = record_validation(progress, step, recall)
             ckpts.save(step, state, iterator, dict(progress), best=better)
             row = {"step": step, "loss": float(metrics["loss"]), "valid_recall@10": recall}
             append_metrics(metrics_path, [{**row, "train_seconds": seconds_before + seconds}])
@@ -254,7 +253,7 @@ def train_and_evaluate(
     summary = {
         "steps": step,
         "total_steps": total,
-        "early_stopped": progress["stopped"],
+        "early_stopped": stopped(progress, cfg.patience),
         "best_step": progress["best_step"],
         "best_valid_recall@10": progress["best_recall"],
         "train_seconds_this_run": seconds,

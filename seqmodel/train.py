@@ -32,7 +32,7 @@ from data.pipeline import (
 from data.types import Histories
 from decoding import StaticConstraint, StaticIndex
 from seqmodel import sharding
-from seqmodel.checkpoint import Checkpoints, record_validation
+from seqmodel.checkpoint import Checkpoints, new_progress, record_validation, stopped
 from seqmodel.config import SeqModelConfig, identity_fields
 from seqmodel.cooc_teacher import CoocTeacher
 from seqmodel.draft import draft_nll
@@ -220,6 +220,23 @@ def inputs_fingerprint(cfg: SeqModelConfig, data: RetrieverData) -> str:
     return fingerprint(fields, arrays=arrays)
 
 
+@dataclasses.dataclass(frozen=True)
+class PatienceChange:
+    """What lets a run resume under another early-stopping patience (`start_or_resume`): the
+    section of the caller's info file that holds its config, this run's patience, and this run's
+    inputs key with any other patience."""
+
+    section: str
+    patience: int
+    key_at: Callable[[int], str]
+
+    def earlier(self, stored: dict) -> int | None:
+        """The stored run's patience where its inputs differ from this run's in that alone."""
+        cfg = stored.get(self.section)
+        old = cfg.get("patience") if isinstance(cfg, dict) else None
+        return old if type(old) is int and self.key_at(old) == stored.get("inputs") else None
+
+
 def start_or_resume(
     workdir: Path,
     info_file: str,
@@ -229,8 +246,7 @@ def start_or_resume(
     *,
     lead: bool,
     what: str,
-    patience: int,
-    key_at_patience: Callable[[int], str] | None = None,
+    patience_change: PatienceChange | None = None,
 ):
     """(checkpoints, state, progress, step, seconds_before) of a run in `workdir`, described by
     `info`; seconds_before: the training seconds its metrics log holds up to the resumed step, so a
@@ -242,29 +258,32 @@ def start_or_resume(
     the metrics log to the resumed step.
 
     Early stopping's patience only decides when training ends, never what a step computes, so a run
-    whose inputs differ from these in their patience alone (`key_at_patience(p)`: this run's inputs
-    key with patience p, the stored run's) is resumed, and whether it has stopped is decided anew
-    from its count of validations without gain: a run stopped under a patience of 10 goes on under
-    20 as if it had been made with 20 from the start.
+    whose inputs differ from these in their patience alone (`patience_change`) is resumed; the
+    loops decide whether it has stopped from its count of validations without gain
+    (`checkpoint.stopped`), so a run stopped under a patience of 10 goes on under 20 as if it had
+    been made with 20 from the start.
     """
     path = workdir / info_file
     stored = _read_info(path)
     if stored is not None and stored.get("inputs") != info["inputs"] and lead:
-        old = _stored_patience(stored)
-        if key_at_patience and old is not None and key_at_patience(old) == stored.get("inputs"):
-            tqdm.write(f"{workdir}: patience {old} -> {patience}; resuming the same run")
+        old = patience_change.earlier(stored) if patience_change else None
+        if old is not None:
+            tqdm.write(
+                f"{workdir}: patience {old} -> {patience_change.patience}; resuming the same run"
+            )
         else:
             _start_over(workdir, info_file, what)
     ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
-    progress = {"best_recall": -1.0, "best_step": 0, "bad_evals": 0, "stopped": False}
+    progress = new_progress()
     if ckpts.latest_step() is not None:
         abstract = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
         )
         restored = ckpts.restore_latest(abstract, iterator)
         if restored is not None:
-            state, progress = restored
-            progress["stopped"] = progress["bad_evals"] >= patience
+            state, stored_progress = restored
+            # Checkpoints before session 28 also stored a stop flag: it is decided anew instead.
+            progress = {k: stored_progress[k] for k in progress}
     step = int(jax.device_get(state.step))
     metrics_path = workdir / METRICS_FILE
     rows = read_metrics(metrics_path, step)
@@ -303,15 +322,6 @@ def _read_info(path: Path) -> dict | None:
     except (OSError, ValueError):
         return {}
     return info if isinstance(info, dict) else {}
-
-
-def _stored_patience(info: dict) -> int | None:
-    """The patience a run's info file records (its `seqmodel` or `sasrec` config), if any."""
-    for section in ("seqmodel", "sasrec"):
-        cfg = info.get(section)
-        if isinstance(cfg, dict) and type(cfg.get("patience")) is int:
-            return cfg["patience"]
-    return None
 
 
 def _environments(info: dict | None) -> list[dict]:
@@ -383,8 +393,11 @@ def train_and_evaluate(
         iterator,
         lead=lead,
         what="config, SIDs or split",
-        patience=cfg.patience,
-        key_at_patience=lambda p: inputs_fingerprint(dataclasses.replace(cfg, patience=p), data),
+        patience_change=PatienceChange(
+            "seqmodel",
+            cfg.patience,
+            lambda p: inputs_fingerprint(dataclasses.replace(cfg, patience=p), data),
+        ),
     )
     metrics_path = workdir / METRICS_FILE
 
@@ -418,7 +431,7 @@ def train_and_evaluate(
             batch_size=eval_batch,
             mesh=mesh,
         )
-        better = record_validation(progress, step, recall, cfg.patience)
+        better = record_validation(progress, step, recall)
         ckpts.save(step, state, iterator, dict(progress), best=better)
         return {"step": step, f"valid_recall@{cfg.eval_beam_size}": recall}
 
@@ -428,7 +441,7 @@ def train_and_evaluate(
     t0 = time.perf_counter()
     # Implicit host<->device copies in the hot loop are bugs (a stray float() or numpy operand).
     with jax.transfer_guard("disallow"):
-        while step < end and not progress["stopped"]:
+        while step < end and not stopped(progress, cfg.patience):
             batch = sharding.put_batch(next(iterator), mesh)
             state, metrics = step_fn(state, batch)
             step += 1
@@ -466,7 +479,7 @@ def train_and_evaluate(
         "steps": step,
         "total_steps": total,
         "steps_per_epoch": steps_per_epoch,
-        "early_stopped": progress["stopped"],
+        "early_stopped": stopped(progress, cfg.patience),
         "best_step": progress["best_step"],
         f"best_valid_recall@{cfg.eval_beam_size}": progress["best_recall"],
         "train_seconds_this_run": train_seconds,
