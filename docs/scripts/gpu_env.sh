@@ -1,7 +1,8 @@
-# Sourced by the device scripts (gpu_run.sh, gpu_sweep.sh): logs to $OUT/log.txt, names the GPU,
+# Sourced by the device scripts (gpu_run.sh, gpu_sweep.sh, gpu_preset.sh): logs to $OUT/log.txt, names the GPU,
 # installs the carried wheels (.whl/) that the device image lacks and puts them and this checkout on
 # PYTHONPATH (DRY_RUN=1 skips the install: a rehearsal on a machine where the project is installed).
-# `versions` prints what will run; `use_pinned` switches flax/optax/orbax to .whl/pin/.
+# `versions` prints what will run; `use_pinned` switches flax/optax/orbax to .whl/pin/;
+# `train_copy` trains one leave-one-out retriever in a fresh copy of gpu/DATASET.
 export PYTHONUNBUFFERED=1
 exec > >(tee -a "$OUT/log.txt") 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -21,3 +22,18 @@ use_pinned() {
   versions
 }
 versions
+train_copy() {  # train_copy DATASET PRESET LIMIT_S WORKDIR OUT_PREFIX [--set KEY=VALUE ...]
+  # One retriever (eval.warm_ensemble_seeds emptied: one model, whatever the --set) in WORKDIR, a
+  # fresh copy of gpu/DATASET, cut at LIMIT_S; its log, metrics.jsonl and train_summary.json go to
+  # OUT_PREFIX{train.log,metrics.jsonl,train_summary.json}. Prints its rc and seconds.
+  local dataset=$1 preset=$2 limit=$3 w=$4 o=$5 t0=$SECONDS rc label
+  shift 5
+  rm -rf "$w" && cp -r "gpu/$dataset" "$w"
+  timeout -k 5 "$limit" python3 -m experiments.cli train-retriever --workdir "$w" --split loo \
+    --config "$preset" --no-progress "$@" --set eval.warm_ensemble_seeds= > "${o}train.log" 2>&1
+  rc=$? label=${o#"$OUT"/}
+  echo "== ${label%[/_]}: train rc=$rc $((SECONDS - t0)) s"
+  cp "$w/retriever_loo/metrics.jsonl" "${o}metrics.jsonl" 2>/dev/null
+  cp "$w/retriever_loo/train_summary.json" "${o}train_summary.json" 2>/dev/null
+  return $rc
+}

@@ -30,15 +30,9 @@ PY
 )
 echo "== main seed $main, ensemble seeds ${others:-none}"
 
-member() {  # member SEED DIRNAME: one retriever in /tmp/preset_SEED
-  local w="/tmp/preset_$1" o="$OUT/seed$1" t0=$SECONDS
-  rm -rf "$w" && cp -r "gpu/$dataset" "$w"
-  timeout -k 5 "$limit" python3 -m experiments.cli train-retriever --workdir "$w" --split loo \
-    --config "$preset" --no-progress "${sets[@]}" --set eval.warm_ensemble_seeds= \
-    --set "seqmodel.seed=$1" > "${o}_train.log" 2>&1
-  echo "== seed $1: train rc=$? $((SECONDS - t0)) s"
-  cp "$w/retriever_loo/metrics.jsonl" "${o}_metrics.jsonl" 2>/dev/null
-  cp "$w/retriever_loo/train_summary.json" "${o}_train_summary.json" 2>/dev/null
+member() {  # member SEED: one retriever in /tmp/preset_SEED
+  train_copy "$dataset" "$preset" "$limit" "/tmp/preset_$1" "$OUT/seed${1}_" "${sets[@]}" \
+    --set "seqmodel.seed=$1"
 }
 
 t0=$SECONDS

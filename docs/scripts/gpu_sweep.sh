@@ -21,13 +21,9 @@ variant() {  # variant SPEC
   local name=${1%%:*} sets=() w o
   [ "$name" != "$1" ] && IFS=, read -ra kv <<< "${1#*:}" && for s in "${kv[@]}"; do sets+=(--set "$s"); done
   w="/tmp/sweep_$name" o="$OUT/$name"
-  rm -rf "$w" && cp -r "gpu/$dataset" "$w" && mkdir -p "$o"
+  mkdir -p "$o"
+  train_copy "$dataset" "$preset" "$limit" "$w" "$o/" "${sets[@]}"
   local t0=$SECONDS
-  timeout -k 5 "$limit" python3 -m experiments.cli train-retriever --workdir "$w" --split loo \
-    --config "$preset" --no-progress --set eval.warm_ensemble_seeds= "${sets[@]}" > "$o/train.log" 2>&1
-  echo "== $name: train rc=$? $((SECONDS - t0)) s"
-  cp "$w"/retriever_loo/{metrics.jsonl,train_summary.json} "$o/" 2>/dev/null
-  t0=$SECONDS
   timeout -k 5 150 python3 -m experiments.cli eval-warm --workdir "$w" --validation --batch-size 256 \
     --config "$preset" --set eval.warm_ensemble_seeds= "${sets[@]}" > "$o/eval.log" 2>&1
   echo "== $name: eval rc=$? $((SECONDS - t0)) s"
