@@ -29,16 +29,21 @@ from experiments.layout import RunLayout
 from experiments.retrieval_eval import _content_inputs, _sample_users
 
 
-def fit_map(unit: np.ndarray, train: Histories, ridge: float, free: bool = False) -> np.ndarray:
-    """W [E, E]: every training item after a history's first against the mean of the (up to)
-    CONTENT_RECENT unit vectors before it; I + R, or R alone where `free`."""
+def fit_map(emb: np.ndarray, train: Histories, ridge: float, free: bool = False) -> np.ndarray:
+    """W [E, E]: every training item after a history's first against the content query of the
+    items before it (`content_queries` of its last CONTENT_RECENT); I + R, or R alone where
+    `free`."""
     n = train.lengths()
     keep = np.flatnonzero(n >= 2)
     starts = np.repeat(train.offsets[keep], n[keep] - 1)
     end = starts + np.concatenate([np.arange(1, k) for k in n[keep]])
     begin = np.maximum(starts, end - CONTENT_RECENT)
-    csum = np.concatenate([np.zeros((1, unit.shape[1])), np.cumsum(unit[train.items], 0)])
-    X = ((csum[end] - csum[begin]) / (end - begin)[:, None]).astype(np.float32)
+    # The items before each target, as histories the content neighbour's own query reads.
+    offsets = np.concatenate([[0], np.cumsum(end - begin)]).astype(np.int64)
+    take = np.repeat(begin - offsets[:-1], end - begin) + np.arange(offsets[-1])
+    before = Histories(items=train.items[take], times=train.times[take], offsets=offsets)
+    unit, X = content_queries(emb, before)
+    X = X.astype(np.float32)
     Y = unit[train.items[end]].astype(np.float32)
     if free:
         return Ridge(alpha=ridge, fit_intercept=False).fit(X, Y).coef_.T
@@ -58,7 +63,7 @@ def main(workdir: str, fraction: float, ridges: list[float], free: bool) -> None
     print("content", cold_val.fmt(content_ranking(emb, histories, cold, k=K), targets))
     unit, queries = content_queries(emb, histories)
     for lam in ridges:
-        sim = (queries @ fit_map(unit, split.train, lam, free)) @ unit[cold].T
+        sim = (queries @ fit_map(emb, split.train, lam, free)) @ unit[cold].T
         ranked = cold[np.argsort(-sim, axis=1, kind="stable")[:, :K]]
         print(f"ridge={lam:g}", cold_val.fmt(ranked, targets), flush=True)
 
