@@ -34,6 +34,13 @@ class LeaveOneOutSplit:
     test_histories: Histories
     test_targets: np.ndarray  # int32 [M]
 
+    def validation_as_test(self) -> "LeaveOneOutSplit":
+        """The same split whose test cases are the validation ones (the tuning protocol: every
+        user's second-to-last item, never trained on), for code that evaluates `test_*`."""
+        return dataclasses.replace(
+            self, test_histories=self.valid_histories, test_targets=self.valid_targets
+        )
+
 
 # STATIC's protocol holds out the newest p of items; past one half no "warm" majority is left to
 # learn from. Every command checks this one rule before any work starts.

@@ -1,6 +1,5 @@
 """Cold-start and leave-one-out evaluations of a trained retriever, written to WORKDIR/results/."""
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -422,9 +421,7 @@ def evaluate_warm(
     members = ensemble_members(ensemble, ds, sids, model.space.codebook_size)
     split = leave_one_out(ds)
     if validation:
-        split = dataclasses.replace(
-            split, test_histories=split.valid_histories, test_targets=split.valid_targets
-        )
+        split = split.validation_as_test()
     V, L = model.space.codebook_size, model.space.num_levels
     targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
     K = max(cfg.eval.beam_size, 10)  # Recall@10 needs at least 10 beams

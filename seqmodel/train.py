@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from data import atomic
 from data.environment import differences, environment
+from data.errors import ArtifactError
 from data.examples import RetrieverData
 from data.fingerprint import fingerprint
 from data.pipeline import (
@@ -282,6 +283,11 @@ def start_or_resume(
         restored = ckpts.restore_latest(abstract, iterator)
         if restored is not None:
             state, stored_progress = restored
+            if missing := sorted(set(progress) - set(stored_progress)):
+                raise ArtifactError(
+                    f"{ckpts.directory}/latest/{ckpts.latest_step()}: its progress record lacks "
+                    f"{', '.join(missing)}; delete {ckpts.directory} to train from step 0"
+                )
             # Checkpoints before session 28 also stored a stop flag: it is decided anew instead.
             progress = {k: stored_progress[k] for k in progress}
     step = int(jax.device_get(state.step))

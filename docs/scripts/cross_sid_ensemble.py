@@ -68,9 +68,7 @@ def main(members: list[str], users: int = 0) -> None:
         which = Split("loo", seed=int(seed) if seed else None)
         model = load_retriever(layout, which)
         split = leave_one_out(ds)
-        split = dataclasses.replace(
-            split, test_histories=split.valid_histories, test_targets=split.valid_targets
-        )
+        split = split.validation_as_test()
         targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, layout.retriever(which))
         if targets0 is not None and not np.array_equal(targets, targets0):
             raise SystemExit(f"{spec}: other validation targets than the first member's")

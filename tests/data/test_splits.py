@@ -74,6 +74,10 @@ def test_leave_one_out():
     assert s.valid_targets.tolist() == [2, 2]
     assert [s.test_histories[j].tolist() for j in range(2)] == [[0, 1, 2], [3, 2]]
     assert s.test_targets.tolist() == [3, 1]
+    v = s.validation_as_test()
+    assert [v.test_histories[j].tolist() for j in range(2)] == [[0, 1], [3]]
+    assert v.test_targets.tolist() == [2, 2]
+    assert v.train is s.train and v.valid_targets is s.valid_targets
 
 
 def test_holdout_last_is_seeded_and_removes_targets():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from data.errors import ArtifactError
 from data.examples import RetrieverData, cold_start_examples, loo_examples
 from data.pipeline import HistorySource, batches
 from data.types import Catalog, Histories, InteractionData
@@ -387,3 +388,16 @@ def test_a_stopped_run_goes_on_under_a_larger_patience_as_if_made_with_it(tmp_pa
     restarted = train_and_evaluate(other, tmp_path / "b", data, show_progress=False)
     assert restarted.summary["steps"] == 4
     assert "retraining it from scratch" in capsys.readouterr().out
+
+
+def test_a_checkpoint_without_its_progress_record_is_one_line_naming_it(tmp_path):
+    data = _data()
+    train_and_evaluate(CFG, tmp_path, data, show_progress=False)
+    stored = sorted(tmp_path.glob("checkpoints/latest/*/progress/metadata"))
+    assert stored
+    for path in stored:
+        progress = json.loads(path.read_text())
+        del progress["bad_evals"]
+        path.write_text(json.dumps(progress))
+    with pytest.raises(ArtifactError, match=r"latest/4: its progress record lacks bad_evals"):
+        train_and_evaluate(CFG, tmp_path, data, show_progress=False)
