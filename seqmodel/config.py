@@ -117,6 +117,12 @@ class SeqModelConfig:
     # (unlikelihood on repeats: seqmodel.item_model.target_and_repeat_logits), for data that never
     # repeat an item in a history. 0: off.
     unlikelihood: float = 0.0
+    # arch=item only: > 0 gives level 1's output one learned vector of this width per trie node
+    # (code 0, code 1), added to the shared code vectors through a projection of the head's
+    # state (seqmodel.item_model); on 256-code SIDs nearly one vector per item. 0: off. At 32
+    # it lowered one retriever's Beauty validation Recall@10 from 9.53 to 9.21 (docs/RESULTS.md,
+    # session 29): the presets leave it off.
+    node_head_dim: int = 0
     seed: int = 0
     # none: a plain retriever; joint: it also trains the draft head `draft` (its loss added).
     draft_head: str = "none"
@@ -170,6 +176,11 @@ class SeqModelConfig:
                 "seqmodel.unlikelihood must be >= 0, and > 0 only with seqmodel.arch=item, got "
                 f"{self.unlikelihood} with arch={self.arch}"
             )
+        if self.node_head_dim < 0 or (self.node_head_dim and self.arch != "item"):
+            raise ValueError(
+                "seqmodel.node_head_dim must be >= 0, and > 0 only with seqmodel.arch=item, got "
+                f"{self.node_head_dim} with arch={self.arch}"
+            )
         for name in ("cooc_distill", "shuffle_ties"):
             if getattr(self, name) and self.layout == "packed":
                 raise ValueError(
@@ -194,4 +205,6 @@ def identity_fields(cfg: SeqModelConfig) -> dict:
         del fields["cooc_distill"], fields["cooc_neighbors"]
     if not cfg.unlikelihood:
         del fields["unlikelihood"]
+    if not cfg.node_head_dim:
+        del fields["node_head_dim"]
     return fields

@@ -39,6 +39,11 @@ class ItemDecoder(nnx.Module):
         self.head_norm = RMSNorm(D, rngs=rngs)
         # Small output init: near-uniform code softmaxes at step 0, as in the token-level head.
         self.head = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (L, D, V)))
+        if cfg.node_head_dim:
+            # Level 1's logit of code c under code c0 also gets node_proj(norm(s)) . nodes[c0, c]:
+            # zero at init, so the model starts as the one without it.
+            self.node_proj = nnx.Linear(D, cfg.node_head_dim, use_bias=False, rngs=rngs)
+            self.nodes = nnx.Param(jnp.zeros((V, V, cfg.node_head_dim)))
 
     def _item_states(self, tokens: jax.Array, dropout_key: jax.Array | None) -> jax.Array:
         """Final-norm backbone states [B, G, D], one per group of L+1 tokens.
@@ -77,10 +82,24 @@ class ItemDecoder(nnx.Module):
         key = key * jnp.uint32(0x9E3779B1)  # Knuth's multiplicative hash (golden ratio)
         return (key % jnp.uint32(self.cfg.item_embed_buckets)).astype(jnp.int32)
 
-    def _level_logits(self, level, s: jax.Array) -> jax.Array:
-        """W_level norm(s); `level` may be traced (the beam search's loop)."""
+    def _level_logits(self, level, s: jax.Array, before=None) -> jax.Array:
+        """W_level norm(s), plus at level 1 the node vectors under `before` (the code chosen at
+        level 0, raw, shaped as s without D; needed with seqmodel.node_head_dim > 0). `level`
+        may be traced (the beam search's loop)."""
         w = jax.lax.dynamic_index_in_dim(self.head[...], level, axis=0, keepdims=False)
-        return self.head_norm(s) @ w
+        x = self.head_norm(s)
+        logits = x @ w
+        if not hasattr(self, "nodes") or (isinstance(level, int) and level != 1):
+            return logits
+        if before is None:
+            raise ValueError("seqmodel.node_head_dim > 0: level 1's logits need level 0's code")
+        nodes = self.nodes[...][jnp.clip(before, 0, self.space.codebook_size - 1)]
+        extra = jnp.einsum("...r,...vr->...v", self.node_proj(x), nodes)
+        return logits + jnp.where(level == 1, extra, 0.0).astype(logits.dtype)
+
+    def _raw(self, tokens: jax.Array, level) -> jax.Array:
+        """Raw codes of level-offset token ids of `level` (BOS and padding give some code)."""
+        return tokens - NUM_SPECIAL - level * self.space.codebook_size
 
     def _next(self, level, tokens: jax.Array, s: jax.Array) -> jax.Array:
         """s_{level+1} from the level-offset token id of the code chosen at `level`."""
@@ -125,7 +144,8 @@ class ItemDecoder(nnx.Module):
         fed_BGL = inputs.reshape(B, T // L, L)
         out = []
         for level in range(L):
-            out.append(self._level_logits(level, s))
+            before = self._raw(fed_BGL[:, :, level], level - 1) if level else None
+            out.append(self._level_logits(level, s, before))
             if level + 1 < L:
                 s = self._next(level, fed_BGL[:, :, level + 1], s)
         return jnp.stack(out, axis=2).reshape(B, T, -1)
@@ -138,8 +158,10 @@ class ItemDecoder(nnx.Module):
         seen_BGL = self._windows(inputs)
         repeat = jnp.zeros(s.shape[:2], jnp.float32)
         for level in range(L):
-            code = jnp.clip(seen_BGL[..., level] - NUM_SPECIAL - level * V, 0, V - 1)
-            lp = jax.nn.log_softmax(self._level_logits(level, s).astype(jnp.float32), axis=-1)
+            code = jnp.clip(self._raw(seen_BGL[..., level], level), 0, V - 1)
+            before = self._raw(seen_BGL[..., level - 1], level - 1) if level else None
+            logits = self._level_logits(level, s, before)
+            lp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
             repeat = repeat + jnp.take_along_axis(lp, code[..., None], axis=-1)[..., 0]
             if level + 1 < L:
                 s = self._next(level, seen_BGL[..., level], s)
@@ -163,7 +185,7 @@ class ItemDecoder(nnx.Module):
         """Feeds the codes chosen at `level - 1`; returns log-probs over level `level`'s codes."""
         tokens = NUM_SPECIAL + (level - 1) * self.space.codebook_size + codes
         s = self._next(level - 1, tokens, s)
-        return jax.nn.log_softmax(self._level_logits(level, s), axis=-1), s
+        return jax.nn.log_softmax(self._level_logits(level, s, codes), axis=-1), s
 
     def prompt_states(self, *args, **kwargs):
         raise ValueError(

@@ -18,11 +18,20 @@ from tests.seqmodel.test_train import CFG, _data, assert_resumes_exactly
 L = NUM_LEVELS
 
 
-# 0: codes' embeddings alone; 7: plus a hashed item embedding, few rows so that items collide.
-@pytest.fixture(scope="module", params=[0, 7], ids=["codes", "hashed_ids"])
+# Codes' embeddings alone; plus a hashed item embedding, few rows so that items collide; plus
+# level 1's node vectors (random, not their zero init, so that they change every level-1 logit).
+@pytest.fixture(
+    scope="module", params=[(0, 0), (7, 0), (0, 4)], ids=["codes", "hashed_ids", "nodes"]
+)
 def item_model(tiny_cfg, space, request):
-    cfg = dataclasses.replace(tiny_cfg, arch="item", item_embed_buckets=request.param)
-    return nnx.jit(lambda: ItemDecoder(cfg, space, rngs=nnx.Rngs(0)))()
+    buckets, node_dim = request.param
+    cfg = dataclasses.replace(
+        tiny_cfg, arch="item", item_embed_buckets=buckets, node_head_dim=node_dim
+    )
+    model = nnx.jit(lambda: ItemDecoder(cfg, space, rngs=nnx.Rngs(0)))()
+    if node_dim:
+        model.nodes[...] = jax.random.normal(jax.random.key(1), model.nodes.shape)
+    return model
 
 
 def _fns(model):
@@ -148,6 +157,33 @@ def test_item_arch_rejects_packed_rows_and_draft_heads():
         SeqModelConfig(item_embed_buckets=64)  # the token-level model takes no item embedding
     with pytest.raises(ValueError, match="item_embed_buckets"):
         SeqModelConfig(arch="item", item_embed_buckets=-1)
+    with pytest.raises(ValueError, match="node_head_dim"):
+        SeqModelConfig(node_head_dim=8)  # the token-level model has no level-1 node vectors
+
+
+def test_node_vectors_start_at_zero_and_move_level_1_by_its_node_alone(tiny_cfg, space):
+    """At init the node head changes no logit; with node (c0, c1)'s vector set, only level-1
+    logits of code c1 under c0 change, by exactly its dot with the projected state."""
+    cfg = dataclasses.replace(tiny_cfg, arch="item")
+    plain = ItemDecoder(cfg, space, rngs=nnx.Rngs(0))
+    nodes = ItemDecoder(dataclasses.replace(cfg, node_head_dim=4), space, rngs=nnx.Rngs(0))
+    tok = _tokens()
+    items = np.array([3, 1, 4, 5, 2])
+    ex = TokenizeExample(tok, tiny_cfg.max_history, "causal").map({"items": items})
+    inputs = jnp.asarray(ex["inputs"][None])
+    base = np.asarray(plain.target_logits(inputs))
+    np.testing.assert_allclose(nodes.target_logits(inputs), base, atol=1e-6)
+    codes = tok[items] - 2 - V * np.arange(L)  # raw codes [n, L]
+    c0, c1 = codes[3, 0], codes[3, 1]  # item 3 of the row, a target
+    nodes.nodes[...] = nodes.nodes[...].at[c0, c1].set(1.0)
+    got = np.asarray(nodes.target_logits(inputs))[0]
+    changed = np.argwhere(~np.isclose(got, base[0], atol=1e-6)).tolist()
+    # The row's targets are its items, left-padded, L rows each: level 1 of item j is row
+    # T - (n - j) L + 1. Every target whose code 0 is c0 reads node (c0, c1) at column c1.
+    T, n = got.shape[0], len(items)
+    want = [[T - (n - j) * L + 1, int(c1)] for j in range(n) if codes[j, 0] == c0]
+    assert [T - (n - 3) * L + 1, int(c1)] in want
+    assert changed == want, (changed, want)
 
 
 def test_hashed_item_embedding_reads_every_level_and_reaches_the_states(tiny_cfg, space):
