@@ -18,27 +18,52 @@ CONTENT_RECENT = 3  # the user's last items whose mean embedding is the query
 
 
 def content_queries(
-    emb: Float[np.ndarray, "N E"], histories: Histories, *, recent: int = CONTENT_RECENT
+    emb: Float[np.ndarray, "N E"] | sp.spmatrix,
+    histories: Histories,
+    *,
+    recent: int = CONTENT_RECENT,
 ) -> tuple[Float[np.ndarray, "N E"], Float[np.ndarray, "U E"]]:
     """(unit item embeddings, each history's query): the mean of the unit embeddings of the
-    history's last `recent` items."""
+    history's last `recent` items. A sparse `emb` (TF-IDF rows) gives both as sparse CSR."""
     if recent < 1:
         raise ValueError(f"recent must be >= 1, got {recent}")
+    rows, items, take = recent_items(histories, recent)
+    if sp.issparse(emb):
+        emb = sp.csr_matrix(emb, dtype=np.float64)
+        norms = np.sqrt(np.asarray(emb.multiply(emb).sum(axis=1)).ravel())
+        unit = sp.diags(1.0 / np.maximum(norms, 1e-12)) @ emb
+        mean = sp.csr_matrix(
+            (1.0 / take[rows], (rows, items)), shape=(len(histories), emb.shape[0])
+        )
+        return unit.tocsr(), (mean @ unit).tocsr()
     unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    # Mean of each user's last `recent` unit embeddings, via a ragged sum over the CSR layout.
+    query_UE = np.zeros((len(histories), emb.shape[1]), np.float64)
+    np.add.at(query_UE, rows, unit[items])
+    query_UE /= take[:, None]
+    return unit, query_UE
+
+
+def cosines(queries, items_T) -> np.ndarray:
+    """queries @ items_T as a dense array, for dense and sparse (`content_queries`) operands."""
+    out = queries @ items_T
+    return out.toarray() if sp.issparse(out) else np.asarray(out)
+
+
+def recent_items(
+    histories: Histories, recent: int
+) -> tuple[Int[np.ndarray, " P"], Int[np.ndarray, " P"], Int[np.ndarray, " U"]]:
+    """(row, item) of each history's last `recent` items, flat, and how many each history has."""
     lengths = histories.lengths()
     if (lengths < 1).any():
         raise ValueError("content baseline: every history needs at least one item")
-    # Mean of each user's last `recent` unit embeddings, via a ragged sum over the CSR layout.
     take = np.minimum(lengths, recent)
     ends = histories.offsets[1:]
     rows = np.repeat(np.arange(len(histories)), take)
     pos = np.repeat(ends - take, take) + (
         np.arange(take.sum()) - np.repeat(np.cumsum(take) - take, take)
     )
-    query_UE = np.zeros((len(histories), emb.shape[1]), np.float64)
-    np.add.at(query_UE, rows, unit[histories.items[pos]])
-    query_UE /= take[:, None]
-    return unit, query_UE
+    return rows, histories.items[pos], take
 
 
 def content_ranking(
@@ -64,7 +89,7 @@ def content_ranking(
     kk = min(k, len(cand))
     order_by_index = np.argsort(cand, kind="stable")
     for lo in range(0, len(histories), chunk):
-        sim_UC = query_UE[lo : lo + chunk] @ cand_CE.T
+        sim_UC = cosines(query_UE[lo : lo + chunk], cand_CE.T)
         # Stable sort of -similarity over candidates ordered by catalog index breaks ties low-first.
         ranked = np.argsort(-sim_UC[:, order_by_index], axis=1, kind="stable")[:, :kk]
         out[lo : lo + chunk, :kk] = cand[order_by_index][ranked]

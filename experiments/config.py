@@ -16,6 +16,8 @@ from decoding.config import DecodeConfig
 from rqvae.config import RQVAEConfig
 from seqmodel.config import ENSEMBLE_RULES, SeqModelConfig
 
+CONTENT_VECTORS = ("embeddings", "tfidf")
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalConfig:
@@ -35,6 +37,10 @@ class EvalConfig:
     # 0: off (the method is not run).
     cold_content_weight: float = 0.0
     cold_content_temperature: float = 0.05
+    # The item vectors of the content neighbour and of its prior: "embeddings", the tokenizer's
+    # item-text embeddings (rqvae.embedder; TF-IDF + SVD by default), or "tfidf", the same
+    # TF-IDF rows never projected (rqvae.embed.tfidf_matrix, sparse; rqvae.tfidf_* settings).
+    cold_content_vectors: str = "embeddings"
     # Leave-one-out beam scores (eval-warm): the joint log-probability minus this multiple of the
     # training log prior of the first `warm_prior_levels` codes, a popularity correction for a
     # retriever that under-ranks rarely bought items. Plain STATIC is also reported when set.
@@ -167,6 +173,11 @@ def validate(cfg: Config) -> Config:
         raise ArgumentError(f"eval.cold_content_weight={w}: must be finite and >= 0 (0: off)")
     if not (math.isfinite(t) and t > 0):
         raise ArgumentError(f"eval.cold_content_temperature={t}: must be finite and > 0")
+    if cfg.eval.cold_content_vectors not in CONTENT_VECTORS:
+        raise ArgumentError(
+            f"eval.cold_content_vectors={cfg.eval.cold_content_vectors!r}: must be one of "
+            f"{', '.join(CONTENT_VECTORS)}"
+        )
     if not 1 <= cfg.eval.warm_prior_levels <= levels:
         raise ArgumentError(
             f"eval.warm_prior_levels={cfg.eval.warm_prior_levels}: must be in [1, {levels}] "

@@ -66,11 +66,14 @@ def scoring_note(results: list[dict]) -> str:
             )
         if parts:
             notes.append(f"{r['cold_start_fraction']:g}: {', '.join(parts)}")
-    if not notes:
+    tfidf = any(r.get("content_vectors") == "tfidf" for r in results)
+    if not notes and not tfidf:
         return ""
     text = (
         "Beam scores of `unconstrained` and `static` (eval.cold_prior_weight, "
         f"eval.cold_level_weights): {'; '.join(notes)}."
+        if notes
+        else ""
     )
     if any(PLAIN in r["methods"] for r in results):
         text += f" `{PLAIN}` is STATIC ranked by the joint log-probability, as in the paper."
@@ -80,7 +83,13 @@ def scoring_note(results: list[dict]) -> str:
             "items, entered level by level (eval.cold_content_weight, "
             "eval.cold_content_temperature)."
         )
-    return text + "\n"
+    if tfidf:
+        text += (
+            " The content neighbour (`content`, and the prior of `static_content`) ranks by "
+            "cosine between TF-IDF rows, not the tokenizer's embeddings "
+            "(eval.cold_content_vectors)."
+        )
+    return text.strip() + "\n"
 
 
 def _pct(x) -> str:

@@ -41,6 +41,7 @@ from experiments.baselines import (
     content_metrics,
     content_queries,
     cooccurrence_metrics,
+    cosines,
     loo_training,
 )
 from experiments.config import Config, EvalConfig
@@ -107,11 +108,22 @@ def ensemble_members(
 def _content_inputs(
     cfg: Config, layout: RunLayout, ds: InteractionData, split: ColdStartSplit
 ) -> tuple[np.ndarray, Histories]:
-    """(item-text embeddings of the tokenizer, cached by its stage; the evaluated users'
-    histories)."""
-    from rqvae.embed import embed_texts
+    """(the content neighbour's item vectors, eval.cold_content_vectors: the tokenizer's item-text
+    embeddings, cached by its stage, or the sparse TF-IDF rows; the evaluated users' histories)."""
+    from rqvae.embed import embed_texts, tfidf_matrix
 
-    emb = embed_texts(ds.catalog.texts, cfg.rqvae, cache_dir=layout.embeddings)
+    if cfg.eval.cold_content_vectors == "tfidf":
+        r = cfg.rqvae
+        emb = tfidf_matrix(
+            ds.catalog.texts, min_df=r.tfidf_min_df, max_features=r.tfidf_max_features
+        )
+        if emb is None:
+            raise ArtifactError(
+                f"{layout.prepared}: no item text has a word TF-IDF keeps; set "
+                "eval.cold_content_vectors=embeddings"
+            )
+    else:
+        emb = embed_texts(ds.catalog.texts, cfg.rqvae, cache_dir=layout.embeddings)
     users = _sample_users(len(split.test_targets), cfg.eval)
     return emb, Histories.from_lists([split.test_histories[int(u)] for u in users])
 
@@ -127,10 +139,10 @@ def content_prior_method(
     histories: Histories,
 ) -> tuple[Callable, np.ndarray]:
     """STATIC with the content prior (eval.cold_content_weight, _temperature): the decode
-    function `(tokens, queries) -> beams` and the evaluated users' content queries [U, E] (the
-    content neighbour's, from `_content_inputs`). Each batch's cosines to the cold items
-    (`split.cold_items`, whose SIDs are `index_sids`) are computed with its batch, so memory does
-    not grow with users x items."""
+    function `(tokens, rows) -> beams` and its row inputs, the evaluated users' rows 0..U-1 in
+    their content queries (the content neighbour's, from `_content_inputs`, dense or sparse).
+    Each batch's cosines to the cold items (`split.cold_items`, whose SIDs are `index_sids`) are
+    computed with its batch, so memory does not grow with users x items."""
     unit, queries = content_queries(emb, histories)
     cold_unit = unit[split.cold_items].T
     table = PrefixTable.build(index_sids, model.space.codebook_size)
@@ -144,11 +156,11 @@ def content_prior_method(
     )
     t = cfg.eval.cold_content_temperature
 
-    def decode_batch(tokens: np.ndarray, batch_queries: np.ndarray):
-        cosines = (batch_queries @ cold_unit).astype(np.float32)  # [B, C]
-        return run(tokens, table.conditional_log_prior(cosines / t))
+    def decode_batch(tokens: np.ndarray, rows: np.ndarray):
+        sim = cosines(queries[rows], cold_unit).astype(np.float32)  # [B, C]
+        return run(tokens, table.conditional_log_prior(sim / t))
 
-    return decode_batch, queries
+    return decode_batch, np.arange(len(histories))
 
 
 def cooccurrence_prior_method(
@@ -280,6 +292,8 @@ def _cold_header(cfg: Config, split: ColdStartSplit, num_users: int, validation:
         "beam_size": cfg.eval.beam_size,
         "seed": cfg.eval.seed,
         "split": "validation" if validation else "test",
+        # The item vectors of `content` and `static_content` (eval.cold_content_vectors).
+        "content_vectors": cfg.eval.cold_content_vectors,
     }
 
 

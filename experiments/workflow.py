@@ -49,10 +49,14 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
     for name in _LATER_EVAL_FIELDS:
         del eval_fields[name]
     content_prior = {name: eval_fields.pop(name) for name in _CONTENT_PRIOR_FIELDS}
+    # Added later, read by the cold-start evaluations only: in their key only when not the default.
+    content_vectors = eval_fields.pop("cold_content_vectors")
     cooc_prior = {name: eval_fields.pop(name) for name in _COOC_PRIOR_FIELDS}
     cold_eval = {k: v for k, v in eval_fields.items() if k not in _WARM_ONLY_EVAL_FIELDS}
     if cfg.eval.cold_content_weight:
         cold_eval.update(content_prior)
+    if content_vectors != "embeddings":
+        cold_eval["cold_content_vectors"] = content_vectors
     ev = (cold_eval, dataclasses.asdict(cfg.decode))
     warm_eval = {k: v for k, v in eval_fields.items() if k not in _COLD_ONLY_EVAL_FIELDS}
     if not cfg.eval.warm_prior_weight:

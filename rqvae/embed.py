@@ -34,27 +34,34 @@ def _l2_normalize(x: np.ndarray) -> np.ndarray:
     return (x / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
-def tfidf_svd(
-    texts: list[str], *, dim: int, seed: int, min_df: int = 2, max_features: int = 100_000
-) -> Float[np.ndarray, "N E"]:
-    """TF-IDF over word 1-2 grams, randomized truncated SVD to `dim`, L2-normalized float32."""
-    from sklearn.decomposition import TruncatedSVD
+def tfidf_matrix(texts: list[str], *, min_df: int = 2, max_features: int = 100_000):
+    """TF-IDF over word 1-2 grams with sublinear tf, scikit-learn's `TfidfVectorizer` (rows L2-
+    normalized): a sparse CSR float32 [N, F], or None when every text is empty or stop words."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     if not texts:
         raise ValueError("tfidf: no item texts")
-    min_df = min(min_df, len(texts))
     vec = TfidfVectorizer(
         ngram_range=(1, 2),
-        min_df=min_df,
+        min_df=min(min_df, len(texts)),
         max_features=max_features,
         sublinear_tf=True,
         dtype=np.float32,
     )
     try:
-        tf = vec.fit_transform([t or "" for t in texts])
+        return vec.fit_transform([t or "" for t in texts]).tocsr()
     except ValueError:  # every text empty or stop words only
-        tf = None
+        return None
+
+
+def tfidf_svd(
+    texts: list[str], *, dim: int, seed: int, min_df: int = 2, max_features: int = 100_000
+) -> Float[np.ndarray, "N E"]:
+    """TF-IDF over word 1-2 grams (`tfidf_matrix`), randomized truncated SVD to `dim`,
+    L2-normalized float32."""
+    from sklearn.decomposition import TruncatedSVD
+
+    tf = tfidf_matrix(texts, min_df=min_df, max_features=max_features)
     n_comp = min(dim, len(texts) - 1, (tf.shape[1] - 1) if tf is not None else 0)
     out = np.zeros((len(texts), dim), np.float32)
     if n_comp < dim:

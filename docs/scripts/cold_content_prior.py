@@ -41,23 +41,28 @@ def main(workdir: str, fraction: float, weights: list[float], temps: list[float]
     print("static", cold_val.fmt(_items(d), targets))
     for t in temps:
         for w in weights:
-            c = dataclasses.replace(
-                cfg,
-                eval=dataclasses.replace(
-                    cfg.eval, cold_content_weight=w, cold_content_temperature=t
-                ),
-            )
-            fn, queries = content_prior_method(
-                c, split, model, v.sids[split.cold_items], v.static, v.scoring, emb, histories
-            )
-            d = evaluate.decode_interleaved(
-                {"p": fn}, v.inputs, lookup, batch_size=64, row_inputs={"p": queries}
-            )["p"]
             print(
                 f"static_content weight={w:g} temperature={t:g}",
-                cold_val.fmt(_items(d), targets),
+                cold_val.fmt(prior_items(v, emb, histories, w, t), targets),
                 flush=True,
             )
+
+
+def prior_items(v: cold_val.ColdVal, emb: np.ndarray, histories, w: float, t: float) -> np.ndarray:
+    """STATIC's items [U, K] with the content prior of `emb` at weight w, temperature t."""
+    cfg = dataclasses.replace(
+        v.cfg,
+        eval=dataclasses.replace(v.cfg.eval, cold_content_weight=w, cold_content_temperature=t),
+    )
+    split = v.split
+    fn, queries = content_prior_method(
+        cfg, split, v.model, v.sids[split.cold_items], v.static, v.scoring, emb, histories
+    )
+    lookup = metrics.SIDLookup(v.sids, v.model.space.codebook_size)
+    d = evaluate.decode_interleaved(
+        {"p": fn}, v.inputs, lookup, batch_size=64, row_inputs={"p": queries}, progress=False
+    )["p"]
+    return _items(d)
 
 
 if __name__ == "__main__":

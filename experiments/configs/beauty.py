@@ -44,6 +44,10 @@ def get_config() -> Config:
     # 2% validation protocol, retriever seed 0 (docs/RESULTS.md, "The content prior in STATIC's
     # beams"): weight 4 at temperature 0.1, Recall@1 / Recall@10 / NDCG@10 5.78 / 24.30 / 13.56
     # against STATIC's 3.98 / 21.57 / 11.18 and the content neighbour's 5.56 / 22.25 / 12.79.
+    # Since session 29 the content neighbour and its prior read the TF-IDF rows themselves, not
+    # their SVD (rules C3, C4; docs/RESULTS.md, "The content neighbour on TF-IDF rows"): the
+    # neighbour 6.33 / 23.49 / 13.73, the prior re-chosen for their cosines at weight 16,
+    # temperature 0.1: 6.46 / 23.45 / 13.73 (three users above the neighbour's Recall@1).
     # Leave-one-out: the `beauty_item_cf` preset in WORKDIR/loo (its own collaborative SIDs, an
     # item-level retriever, three seeds; docs/RESULTS.md, lead tables). One work directory holds
     # one tokenizer, and these 64-code text SIDs are the cold-start ones.
@@ -51,8 +55,9 @@ def get_config() -> Config:
         cfg.eval,
         cold_prior_weight=0.5,
         cold_level_weights=(1.0, 1.0, 0.25, 0.25),
-        cold_content_weight=4.0,
+        cold_content_weight=16.0,
         cold_content_temperature=0.1,
+        cold_content_vectors="tfidf",
         warm_preset="beauty_item_cf",
     )
     return dataclasses.replace(

@@ -120,3 +120,29 @@ def test_eval_baselines_needs_no_retriever(tmp_path, capsys):
     content = res["methods"]["content"]
     assert content["cold_rate"] == 1.0 and content["recall@1"] <= content["recall@10"]
     assert "| content |" in capsys.readouterr().out
+
+
+def test_sparse_tfidf_rows_rank_as_their_dense_copy_and_brute_force():
+    """eval.cold_content_vectors=tfidf hands the content neighbour sparse rows: the same ranking
+    and the same queries as the dense array, and the brute-force cosine's order."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(1)
+    dense = rng.random((40, 30)) * (rng.random((40, 30)) < 0.2)  # mostly zeros, like TF-IDF
+    dense[5] = 0.0  # an item with no kept word: a zero row, cosine 0 to everything
+    dense[9] = dense[4] * 2.0  # same direction as item 4: a tie broken by the lower index
+    lists = [rng.choice(40, rng.integers(1, 7), replace=False) for _ in range(25)]
+    candidates = np.array([4, 5, 9, 11, 20, 21, 22, 30, 39])
+    h = Histories.from_lists(lists)
+    got = baselines.content_ranking(sp.csr_matrix(dense), h, candidates, k=6, chunk=4)
+    np.testing.assert_array_equal(got, baselines.content_ranking(dense, h, candidates, k=6))
+    norm = np.linalg.norm(dense, axis=1)
+    for row, history in zip(got, lists, strict=True):
+        query = np.mean([dense[i] / norm[i] if norm[i] else dense[i] for i in history[-3:]], 0)
+        cos = {c: float(dense[c] @ query) / norm[c] if norm[c] else 0.0 for c in candidates}
+        assert row.tolist() == sorted(candidates, key=lambda c: (-cos[c], c))[:6]
+    unit_s, query_s = baselines.content_queries(sp.csr_matrix(dense), h)
+    unit_d, query_d = baselines.content_queries(dense, h)
+    assert sp.issparse(unit_s) and sp.issparse(query_s)
+    np.testing.assert_allclose(unit_s.toarray(), unit_d, atol=1e-12)
+    np.testing.assert_allclose(query_s.toarray(), query_d, atol=1e-12)

@@ -85,6 +85,7 @@ def test_cosines_rank_as_the_content_baseline_ranks():
         ("eval.cold_content_weight=-1", "eval.cold_content_weight=-1.0: must be finite and >= 0"),
         ("eval.cold_content_weight=nan", "eval.cold_content_weight=nan"),
         ("eval.cold_content_temperature=0", "eval.cold_content_temperature=0.0: must be finite"),
+        ("eval.cold_content_vectors=svd", "eval.cold_content_vectors='svd': must be one of embed"),
     ],
 )
 def test_bad_content_prior_settings_name_the_key(override, message):
@@ -111,3 +112,21 @@ def test_the_prior_enters_the_cold_start_keys_only_while_on(tmp_path):
     assert on["eval_warm"] == off["eval_warm"]
     assert all(on[n] == off[n] for n in off if not n.startswith("eval_cold"))
     assert with_eval(cold_content_weight=2.0, cold_content_temperature=0.3)[cold[0]] != on[cold[0]]
+    # The content neighbour's vectors: in the cold-start keys only when not the default.
+    assert with_eval(cold_content_vectors="embeddings") == off
+    tfidf = with_eval(cold_content_vectors="tfidf")
+    assert all(tfidf[n] != off[n] for n in cold)
+    assert all(tfidf[n] == off[n] for n in off if not n.startswith("eval_cold"))
+
+
+def test_the_note_names_tfidf_content_vectors():
+    from experiments import report
+
+    res = {
+        "cold_start_fraction": 0.02,
+        "methods": {"content": {}},
+        "scoring": {},
+        "content_vectors": "tfidf",
+    }
+    assert "TF-IDF rows" in report.scoring_note([res])
+    assert report.scoring_note([{**res, "content_vectors": "embeddings"}]) == ""

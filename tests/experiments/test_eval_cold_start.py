@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from data import atomic
 from data.prepared import load_prepared
@@ -161,7 +162,7 @@ def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbou
     from data.splits import cold_start_split
     from decoding import StaticConstraint, StaticIndex
     from experiments.artifacts import load_retriever
-    from experiments.baselines import content_queries, content_ranking
+    from experiments.baselines import content_queries, content_ranking, cosines
     from experiments.layout import RunLayout, Split
     from experiments.retrieval_eval import (
         _content_inputs,
@@ -207,23 +208,28 @@ def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbou
         model, sids, split, cfg.eval, layout.retriever(Split("cold", 0.05))
     )
     static = StaticConstraint(StaticIndex.build(sids[split.cold_items], vocab_size=V))
-    emb, histories = _content_inputs(cfg, layout, ds, split)
-    fn, queries = content_prior_method(
-        cfg,
-        split,
-        model,
-        sids[split.cold_items],
-        static,
-        cold_scoring(cfg.eval, split.train, sids, V),
-        emb,
-        histories,
-    )
-    res = fn(inputs[:32], queries[:32])
-    first = np.asarray(res.tokens)[:, 0]
-    unit, _ = content_queries(emb, histories)
-    cosines = queries @ unit[split.cold_items].T
-    want = content_ranking(emb, histories, split.cold_items, k=1)[:32, 0]
-    top2 = np.sort(cosines[:32], axis=1)[:, -2:]
-    unique = top2[:, 1] - top2[:, 0] > 1e-4
-    assert unique.sum() >= 10
-    np.testing.assert_array_equal(first[unique], sids[want[unique]])
+    # With the tokenizer's embeddings and with sparse TF-IDF rows (eval.cold_content_vectors).
+    for vectors in ("embeddings", "tfidf"):
+        cfg = config.apply_overrides(cfg, [f"eval.cold_content_vectors={vectors}"])
+        emb, histories = _content_inputs(cfg, layout, ds, split)
+        assert sp.issparse(emb) == (vectors == "tfidf")
+        fn, rows = content_prior_method(
+            cfg,
+            split,
+            model,
+            sids[split.cold_items],
+            static,
+            cold_scoring(cfg.eval, split.train, sids, V),
+            emb,
+            histories,
+        )
+        np.testing.assert_array_equal(rows, np.arange(len(histories)))
+        res = fn(inputs[:32], rows[:32])
+        first = np.asarray(res.tokens)[:, 0]
+        unit, queries = content_queries(emb, histories)
+        cos = cosines(queries[:32], unit[split.cold_items].T)
+        want = content_ranking(emb, histories, split.cold_items, k=1)[:32, 0]
+        top2 = np.sort(cos, axis=1)[:, -2:]
+        unique = top2[:, 1] - top2[:, 0] > 1e-4
+        assert unique.sum() >= 10, vectors
+        np.testing.assert_array_equal(first[unique], sids[want[unique]])
