@@ -6,6 +6,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import scipy.sparse as sp
 
 from data import atomic
 from data.environment import environment
@@ -107,7 +108,7 @@ def ensemble_members(
 
 def _content_inputs(
     cfg: Config, layout: RunLayout, ds: InteractionData, split: ColdStartSplit
-) -> tuple[np.ndarray, Histories]:
+) -> tuple[np.ndarray | sp.csr_matrix, Histories]:
     """(the content neighbour's item vectors, eval.cold_content_vectors: the tokenizer's item-text
     embeddings, cached by its stage, or the sparse TF-IDF rows; the evaluated users' histories)."""
     from rqvae.embed import embed_texts, tfidf_matrix

@@ -130,3 +130,17 @@ def test_the_note_names_tfidf_content_vectors():
     }
     assert "TF-IDF rows" in report.scoring_note([res])
     assert report.scoring_note([{**res, "content_vectors": "embeddings"}]) == ""
+
+
+def test_tfidf_vectors_of_texts_without_a_kept_word_are_one_line_naming_the_data(tmp_path):
+    from types import SimpleNamespace
+
+    from data.errors import ArtifactError
+    from experiments.retrieval_eval import _content_inputs
+
+    cfg = config_lib.apply_overrides(
+        config_lib.load_preset("tiny"), ["eval.cold_content_vectors=tfidf"]
+    )
+    ds = SimpleNamespace(catalog=SimpleNamespace(texts=["", "the", "a"]))
+    with pytest.raises(ArtifactError, match=r"prepared: no item text has a word TF-IDF keeps"):
+        _content_inputs(cfg, RunLayout(tmp_path), ds, None)
