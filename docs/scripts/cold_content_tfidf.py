@@ -25,13 +25,16 @@ from experiments.retrieval_eval import _content_inputs, _sample_users
 
 def main(workdir: str, fraction: float, grid: tuple[list[float], list[float]] | None) -> None:
     layout = RunLayout(workdir)
-    cfg = load_json(layout.config)
-    ds = load_dataset(layout)
-    split = validation_split(ds, fraction)
+    v = cold_val.load(workdir, fraction) if grid else None
+    if v is not None:  # the retriever's inputs hold the dataset and split: read them once
+        cfg, ds, split = v.cfg, v.ds, v.split
+    else:
+        cfg = load_json(layout.config)
+        ds = load_dataset(layout)
+        split = validation_split(ds, fraction)
     targets = split.test_targets[_sample_users(len(split.test_targets), cfg.eval)]
     K, cold = cfg.eval.beam_size, split.cold_items
     print(f"{len(targets)} users, {len(cold)} cold items; R@1 / R@10 / NDCG@10 (%)", flush=True)
-    v = cold_val.load(workdir, fraction) if grid else None
     for vectors in ("embeddings", "tfidf"):
         c = apply_overrides(cfg, [f"eval.cold_content_vectors={vectors}"])
         emb, histories = _content_inputs(c, layout, ds, split)
