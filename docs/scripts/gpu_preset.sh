@@ -9,8 +9,9 @@
 #   bash docs/scripts/gpu_preset.sh DATASET PRESET LIMIT_S [KEY=VALUE ...]
 #
 # e.g. bash docs/scripts/gpu_preset.sh beauty beauty_item_cf 420
-# Each training gets LIMIT_S seconds, the evaluation 240 s; each KEY=VALUE is a --set for both (a
-# rehearsal on a CPU: DRY_RUN=1 OUT=/tmp/o bash ... beauty beauty_item_cf 600 seqmodel.max_steps=20).
+# Each training gets LIMIT_S seconds, the evaluation EVAL_LIMIT_S seconds (default 240); each
+# KEY=VALUE is a --set for both (a rehearsal on a CPU: DRY_RUN=1 OUT=/tmp/o bash ... beauty
+# beauty_item_cf 600 seqmodel.max_steps=20).
 # What comes back, under $OUT: log.txt, validation_warm.json and preset.tgz, holding
 # seedN_{train.log,metrics.jsonl,train_summary.json} and eval.log. No test number is computed.
 set -u
@@ -47,7 +48,7 @@ rm -rf "$e" && cp -r "gpu/$dataset" "$e"
 mv "/tmp/preset_$main/retriever_loo" "$e/retriever_loo"
 for s in ${others//,/ }; do mv "/tmp/preset_$s/retriever_loo" "$e/retriever_loo_seed$s"; done
 t0=$SECONDS
-timeout -k 5 240 python3 -m experiments.cli eval-warm --workdir "$e" --validation --batch-size 256 \
+timeout -k 5 "${EVAL_LIMIT_S:-240}" python3 -m experiments.cli eval-warm --workdir "$e" --validation --batch-size 256 \
   --config "$preset" "${sets[@]}" > "$OUT/eval.log" 2>&1
 echo "== eval rc=$? $((SECONDS - t0)) s"
 cp "$e/results/validation_warm.json" "$OUT/" 2>/dev/null
