@@ -111,13 +111,10 @@ def _content_inputs(
 ) -> tuple[np.ndarray | sp.csr_matrix, Histories]:
     """(the content neighbour's item vectors, eval.cold_content_vectors: the tokenizer's item-text
     embeddings, cached by its stage, or the sparse TF-IDF rows; the evaluated users' histories)."""
-    from rqvae.embed import embed_texts, tfidf_matrix
+    from rqvae.embed import embed_texts, tfidf_rows
 
     if cfg.eval.cold_content_vectors == "tfidf":
-        r = cfg.rqvae
-        emb = tfidf_matrix(
-            ds.catalog.texts, min_df=r.tfidf_min_df, max_features=r.tfidf_max_features
-        )
+        emb = tfidf_rows(ds.catalog.texts, cfg.rqvae, cache_dir=layout.embeddings)
         if emb is None:
             raise ArtifactError(
                 f"{layout.prepared}: no item text has a word TF-IDF keeps; set "

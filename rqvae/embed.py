@@ -96,16 +96,8 @@ def minilm(texts: list[str], *, batch_size: int = 128) -> Float[np.ndarray, "N 3
     return _l2_normalize(np.asarray(x, np.float32))
 
 
-def _cache_key(texts: list[str], cfg: RQVAEConfig) -> str:
+def _cache_key(texts: list[str], params: dict) -> str:
     h = hashlib.sha256()
-    params = {"embedder": cfg.embedder}
-    if cfg.embedder == "tfidf":
-        params.update(
-            dim=cfg.embed_dim,
-            seed=cfg.seed,
-            min_df=cfg.tfidf_min_df,
-            max_features=cfg.tfidf_max_features,
-        )
     h.update(json.dumps(params, sort_keys=True).encode())
     for t in texts:
         h.update(t.encode("utf-8", "surrogatepass"))
@@ -121,7 +113,15 @@ def embed_texts(
         raise ValueError(f"rqvae.embedder: unknown {cfg.embedder!r}; choose from {EMBEDDERS}")
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / f"{cfg.embedder}-{_cache_key(texts, cfg)}.npy"
+        params = {"embedder": cfg.embedder}
+        if cfg.embedder == "tfidf":
+            params.update(
+                dim=cfg.embed_dim,
+                seed=cfg.seed,
+                min_df=cfg.tfidf_min_df,
+                max_features=cfg.tfidf_max_features,
+            )
+        path = Path(cache_dir) / f"{cfg.embedder}-{_cache_key(texts, params)}.npy"
         if path.exists():
             x = np.load(path, allow_pickle=False)
             if x.shape[0] == len(texts):
@@ -139,4 +139,29 @@ def embed_texts(
     check_embeddings(x, name=f"{cfg.embedder} embeddings")
     if path is not None:
         atomic.save_npy(path, x)
+    return x
+
+
+def tfidf_rows(texts: list[str], cfg: RQVAEConfig, cache_dir: Path | None = None):
+    """`tfidf_matrix` with cfg's tfidf_* settings (None when no text keeps a word); reuses
+    `cache_dir/tfidf-rows-<hash>.npz` if present, so the cold-start stages fit it once."""
+    import scipy.sparse as sp
+
+    path = None
+    if cache_dir is not None:
+        params = {
+            "rows": "tfidf",
+            "min_df": cfg.tfidf_min_df,
+            "max_features": cfg.tfidf_max_features,
+        }
+        path = Path(cache_dir) / f"tfidf-rows-{_cache_key(texts, params)}.npz"
+        if path.exists():
+            x = sp.load_npz(path)  # np.load underneath, allow_pickle=False
+            if x.shape[0] == len(texts):
+                return x.tocsr()
+    x = tfidf_matrix(texts, min_df=cfg.tfidf_min_df, max_features=cfg.tfidf_max_features)
+    if x is not None and path is not None:
+        # save_npz appends ".npz" to a name without it: write through the open temporary file.
+        with atomic.atomic_path(path) as tmp, open(tmp, "wb") as f:
+            sp.save_npz(f, x)
     return x

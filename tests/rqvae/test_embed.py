@@ -57,6 +57,31 @@ def test_cache_is_reused_and_keyed_by_embedder(tmp_path, monkeypatch):
         embed.embed_texts(TEXTS, dataclasses.replace(cfg, embed_dim=3), tmp_path)
 
 
+def test_tfidf_rows_are_cached_once_and_keyed_by_texts_and_settings(tmp_path, monkeypatch):
+    cfg = RQVAEConfig(tfidf_min_df=1)
+    x = embed.tfidf_rows(TEXTS, cfg, tmp_path)
+    assert len(list(tmp_path.glob("tfidf-rows-*.npz"))) == 1
+    assert not list(tmp_path.glob("*.tmp"))
+    np.testing.assert_array_equal(x.toarray(), embed.tfidf_matrix(TEXTS, min_df=1).toarray())
+
+    def boom(*a, **k):
+        raise AssertionError("refit despite the cache")
+
+    monkeypatch.setattr(embed, "tfidf_matrix", boom)
+    y = embed.tfidf_rows(TEXTS, cfg, tmp_path)
+    assert y.format == "csr" and y.dtype == np.float32
+    np.testing.assert_array_equal(y.toarray(), x.toarray())
+    with pytest.raises(AssertionError, match="refit"):  # other texts: other key
+        embed.tfidf_rows(TEXTS[:-1], cfg, tmp_path)
+    with pytest.raises(AssertionError, match="refit"):  # other min_df: other key
+        embed.tfidf_rows(TEXTS, dataclasses.replace(cfg, tfidf_min_df=2), tmp_path)
+
+
+def test_tfidf_rows_of_texts_without_a_kept_word_are_none_and_not_cached(tmp_path):
+    assert embed.tfidf_rows(["", "the", "a"], RQVAEConfig(), tmp_path) is None
+    assert not list(tmp_path.iterdir())
+
+
 def test_unknown_embedder():
     with pytest.raises(ValueError, match="rqvae.embedder"):
         embed.embed_texts(TEXTS, RQVAEConfig(embedder="bert"))
