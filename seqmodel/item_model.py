@@ -93,9 +93,16 @@ class ItemDecoder(nnx.Module):
             return logits
         if before is None:
             raise ValueError("seqmodel.node_head_dim > 0: level 1's logits need level 0's code")
-        nodes = self.nodes[...][jnp.clip(before, 0, self.space.codebook_size - 1)]
-        extra = jnp.einsum("...r,...vr->...v", self.node_proj(x), nodes)
-        return logits + jnp.where(level == 1, extra, 0.0).astype(logits.dtype)
+
+        def with_nodes():
+            nodes = self.nodes[...][jnp.clip(before, 0, self.space.codebook_size - 1)]
+            extra = jnp.einsum("...r,...vr->...v", self.node_proj(x), nodes)
+            return logits + extra.astype(logits.dtype)
+
+        if isinstance(level, int):
+            return with_nodes()
+        # A traced level (the beam search's loop): gather the node vectors at level 1 only.
+        return jax.lax.cond(level == 1, with_nodes, lambda: logits)
 
     def _raw(self, tokens: jax.Array, level) -> jax.Array:
         """Raw codes of level-offset token ids of `level` (BOS and padding give some code)."""
