@@ -28,7 +28,7 @@ def _median_s(repeats: int, *args) -> tuple[float, object]:
 
 
 def main(workdirs: list[str], repeats: int = 5) -> None:
-    print("| run | items | TF-IDF columns | cache MB | fit (s) | cached (s) |")
+    print("| run | items | TF-IDF columns | cache MB | fit (s) | read back (s) |")
     print("|---|---|---|---|---|---|")
     for wd in workdirs:
         cfg = load_json(Path(wd) / "config.json")
