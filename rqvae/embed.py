@@ -96,13 +96,18 @@ def minilm(texts: list[str], *, batch_size: int = 128) -> Float[np.ndarray, "N 3
     return _l2_normalize(np.asarray(x, np.float32))
 
 
-def _cache_key(texts: list[str], params: dict) -> str:
+def _cache_path(
+    cache_dir: Path | None, prefix: str, suffix: str, texts: list[str], params: dict
+) -> Path | None:
+    """`cache_dir/<prefix>-<hash of params and texts><suffix>`, or None without a cache_dir."""
+    if cache_dir is None:
+        return None
     h = hashlib.sha256()
     h.update(json.dumps(params, sort_keys=True).encode())
     for t in texts:
         h.update(t.encode("utf-8", "surrogatepass"))
         h.update(b"\0")
-    return h.hexdigest()[:20]
+    return Path(cache_dir) / f"{prefix}-{h.hexdigest()[:20]}{suffix}"
 
 
 def embed_texts(
@@ -111,21 +116,19 @@ def embed_texts(
     """Embeds item texts with cfg.embedder; reuses `cache_dir/<embedder>-<hash>.npy` if present."""
     if cfg.embedder not in EMBEDDERS:
         raise ValueError(f"rqvae.embedder: unknown {cfg.embedder!r}; choose from {EMBEDDERS}")
-    path = None
-    if cache_dir is not None:
-        params = {"embedder": cfg.embedder}
-        if cfg.embedder == "tfidf":
-            params.update(
-                dim=cfg.embed_dim,
-                seed=cfg.seed,
-                min_df=cfg.tfidf_min_df,
-                max_features=cfg.tfidf_max_features,
-            )
-        path = Path(cache_dir) / f"{cfg.embedder}-{_cache_key(texts, params)}.npy"
-        if path.exists():
-            x = np.load(path, allow_pickle=False)
-            if x.shape[0] == len(texts):
-                return x
+    params = {"embedder": cfg.embedder}
+    if cfg.embedder == "tfidf":
+        params.update(
+            dim=cfg.embed_dim,
+            seed=cfg.seed,
+            min_df=cfg.tfidf_min_df,
+            max_features=cfg.tfidf_max_features,
+        )
+    path = _cache_path(cache_dir, cfg.embedder, ".npy", texts, params)
+    if path is not None and path.exists():
+        x = np.load(path, allow_pickle=False)
+        if x.shape[0] == len(texts):
+            return x
     if cfg.embedder == "tfidf":
         x = tfidf_svd(
             texts,
@@ -147,18 +150,12 @@ def tfidf_rows(texts: list[str], cfg: RQVAEConfig, cache_dir: Path | None = None
     `cache_dir/tfidf-rows-<hash>.npz` if present, so the cold-start stages fit it once."""
     import scipy.sparse as sp
 
-    path = None
-    if cache_dir is not None:
-        params = {
-            "rows": "tfidf",
-            "min_df": cfg.tfidf_min_df,
-            "max_features": cfg.tfidf_max_features,
-        }
-        path = Path(cache_dir) / f"tfidf-rows-{_cache_key(texts, params)}.npz"
-        if path.exists():
-            x = sp.load_npz(path)  # np.load underneath, allow_pickle=False
-            if x.shape[0] == len(texts):
-                return x.tocsr()
+    params = {"rows": "tfidf", "min_df": cfg.tfidf_min_df, "max_features": cfg.tfidf_max_features}
+    path = _cache_path(cache_dir, "tfidf-rows", ".npz", texts, params)
+    if path is not None and path.exists():
+        x = sp.load_npz(path)  # np.load underneath, allow_pickle=False
+        if x.shape[0] == len(texts):
+            return x.tocsr()
     x = tfidf_matrix(texts, min_df=cfg.tfidf_min_df, max_features=cfg.tfidf_max_features)
     if x is not None and path is not None:
         # save_npz appends ".npz" to a name without it: write through the open temporary file.
