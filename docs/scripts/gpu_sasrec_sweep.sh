@@ -19,9 +19,8 @@ dataset=$1 preset=$2 limit=$3
 shift 3
 
 variant() {  # variant SPEC
-  local name=${1%%:*} sets=() w o t0=$SECONDS
-  [ "$name" != "$1" ] && IFS=, read -ra kv <<< "${1#*:}" && for s in "${kv[@]}"; do sets+=(--set "$s"); done
-  w="/tmp/sas_$name" o="$OUT/$name"
+  parse_spec "$1"
+  local name=$spec_name sets=("${spec_sets[@]}") w="/tmp/sas_$spec_name" o="$OUT/$spec_name" t0=$SECONDS
   rm -rf "$w" && mkdir -p "$w" "$o" && cp -r "gpu/$dataset/prepared" "$w/"
   timeout -k 5 "$limit" python3 -m experiments.cli sasrec --workdir "$w" --config "$preset" \
     --validation --no-progress "${sets[@]}" > "$o/sasrec.log" 2>&1
@@ -30,9 +29,7 @@ variant() {  # variant SPEC
   cp "$w/sasrec_loo/metrics.jsonl" "$o/" 2>/dev/null   # the holdout curve, kept for a run cut off
 }
 
-pids=()
-for spec in "$@"; do variant "$spec" & pids+=($!); done
-wait "${pids[@]}"   # not a bare wait: that would also wait for the log's tee
+all_at_once variant "$@"
 python3 - "$OUT" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1]); rows = {}

@@ -18,9 +18,8 @@ dataset=$1 preset=$2 limit=$3
 shift 3
 
 variant() {  # variant SPEC
-  local name=${1%%:*} sets=() w o
-  [ "$name" != "$1" ] && IFS=, read -ra kv <<< "${1#*:}" && for s in "${kv[@]}"; do sets+=(--set "$s"); done
-  w="/tmp/sweep_$name" o="$OUT/$name"
+  parse_spec "$1"
+  local name=$spec_name sets=("${spec_sets[@]}") w="/tmp/sweep_$spec_name" o="$OUT/$spec_name"
   mkdir -p "$o"
   train_copy "$dataset" "$preset" "$limit" "$w" "$o/" "${sets[@]}"
   local t0=$SECONDS
@@ -30,9 +29,7 @@ variant() {  # variant SPEC
   cp "$w/results/validation_warm.json" "$o/" 2>/dev/null
 }
 
-pids=()
-for spec in "$@"; do variant "$spec" & pids+=($!); done
-wait "${pids[@]}"   # not a bare wait: that would also wait for the log's tee
+all_at_once variant "$@"
 python3 - "$OUT" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1]); rows = {}
