@@ -14,7 +14,6 @@
 # numbers) and variants.tar.gz, holding NAME/{sasrec.log,metrics.jsonl,validation_sasrec.json}.
 set -u
 source docs/scripts/gpu_env.sh
-export XLA_PYTHON_CLIENT_PREALLOCATE=false   # several processes share the GPU's memory
 dataset=$1 preset=$2 limit=$3
 shift 3
 

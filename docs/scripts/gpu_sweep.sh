@@ -13,7 +13,6 @@
 # validation_warm.json} (one archive: the device tool returns only a few files per call).
 set -u
 source docs/scripts/gpu_env.sh
-export XLA_PYTHON_CLIENT_PREALLOCATE=false   # several processes share the GPU's memory
 dataset=$1 preset=$2 limit=$3
 shift 3
 
