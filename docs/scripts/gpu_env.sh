@@ -11,7 +11,7 @@ if [ -z "${DRY_RUN:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH="/tmp/site:$PWD"
 fi
-source docs/scripts/gpu_specs.sh   # parse_spec, all_at_once
+source docs/scripts/gpu_specs.sh   # all_at_once
 versions() {
   python3 -c 'import jax, flax, optax, orbax.checkpoint as o, numpy
 print("jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__,

@@ -17,9 +17,10 @@ source docs/scripts/gpu_env.sh
 dataset=$1 preset=$2 limit=$3
 shift 3
 
-variant() {  # variant SPEC
-  parse_spec "$1"
-  local name=$spec_name sets=("${spec_sets[@]}") w="/tmp/sas_$spec_name" o="$OUT/$spec_name" t0=$SECONDS
+variant() {  # variant NAME [--set KEY=VALUE ...]
+  local name=$1 w="/tmp/sas_$1" o="$OUT/$1" t0=$SECONDS
+  shift
+  local sets=("$@")
   rm -rf "$w" && mkdir -p "$w" "$o" && cp -r "gpu/$dataset/prepared" "$w/"
   timeout -k 5 "$limit" python3 -m experiments.cli sasrec --workdir "$w" --config "$preset" \
     --validation --no-progress "${sets[@]}" > "$o/sasrec.log" 2>&1

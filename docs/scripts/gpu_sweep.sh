@@ -16,9 +16,10 @@ source docs/scripts/gpu_env.sh
 dataset=$1 preset=$2 limit=$3
 shift 3
 
-variant() {  # variant SPEC
-  parse_spec "$1"
-  local name=$spec_name sets=("${spec_sets[@]}") w="/tmp/sweep_$spec_name" o="$OUT/$spec_name"
+variant() {  # variant NAME [--set KEY=VALUE ...]
+  local name=$1 w="/tmp/sweep_$1" o="$OUT/$1"
+  shift
+  local sets=("$@")
   mkdir -p "$o"
   train_copy "$dataset" "$preset" "$limit" "$w" "$o/" "${sets[@]}"
   local t0=$SECONDS
