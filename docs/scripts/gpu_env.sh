@@ -1,6 +1,7 @@
 # Sourced by the device scripts (gpu_run.sh, gpu_sweep.sh, gpu_sasrec_sweep.sh, gpu_preset.sh): logs
-# to $OUT/log.txt, names the GPU, installs the carried wheels (.whl/) that the device image lacks and puts them and this checkout on
-# PYTHONPATH (DRY_RUN=1 skips the install: a rehearsal on a machine where the project is installed).
+# to $OUT/log.txt, names the GPU, installs the carried wheels (.whl/) that the device image lacks
+# and puts them and this checkout on PYTHONPATH (DRY_RUN=1 skips the install: a rehearsal on a
+# machine where the project is installed).
 # `versions` prints what will run; `use_pinned` switches flax/optax/orbax to .whl/pin/;
 # `train_copy` trains one leave-one-out retriever in a fresh copy of gpu/DATASET.
 export PYTHONUNBUFFERED=1
