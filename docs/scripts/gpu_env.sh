@@ -3,7 +3,8 @@
 # and puts them and this checkout on PYTHONPATH (DRY_RUN=1 skips the install: a rehearsal on a
 # machine where the project is installed).
 # `versions` prints what will run; `use_pinned` switches flax/optax/orbax to .whl/pin/;
-# `train_copy` trains one leave-one-out retriever in a fresh copy of gpu/DATASET.
+# `train_copy` trains one leave-one-out retriever in a fresh copy of gpu/DATASET; `all_at_once`
+# runs one function per SPEC (NAME or NAME:KEY=VALUE[,KEY=VALUE...]), all at once on the GPU.
 export PYTHONUNBUFFERED=1
 exec > >(tee -a "$OUT/log.txt") 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -12,7 +13,6 @@ if [ -z "${DRY_RUN:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH="/tmp/site:$PWD"
 fi
-source docs/scripts/gpu_specs.sh   # all_at_once
 versions() {
   python3 -c 'import jax, flax, optax, orbax.checkpoint as o, numpy
 print("jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__,
@@ -38,4 +38,17 @@ train_copy() {  # train_copy DATASET PRESET LIMIT_S WORKDIR OUT_PREFIX [--set KE
   cp "$w/retriever_loo/metrics.jsonl" "${o}metrics.jsonl" 2>/dev/null
   cp "$w/retriever_loo/train_summary.json" "${o}train_summary.json" 2>/dev/null
   return $rc
+}
+all_at_once() {  # all_at_once FUNC SPEC...: FUNC NAME [--set KEY=VALUE ...] for every SPEC at once; waits
+  local pids=() spec kv s sets
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false   # the processes share the GPU's memory
+  for spec in "${@:2}"; do
+    sets=()
+    if [ "${spec%%:*}" != "$spec" ]; then
+      IFS=, read -ra kv <<< "${spec#*:}"
+      for s in "${kv[@]}"; do sets+=(--set "$s"); done
+    fi
+    "$1" "${spec%%:*}" "${sets[@]}" & pids+=($!)
+  done
+  wait "${pids[@]}"   # not a bare wait: that would also wait for the log's tee
 }

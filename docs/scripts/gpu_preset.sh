@@ -16,7 +16,6 @@
 # seedN_{train.log,metrics.jsonl,train_summary.json} and eval.log. No test number is computed.
 set -u
 source docs/scripts/gpu_env.sh
-export XLA_PYTHON_CLIENT_PREALLOCATE=false   # several processes share the GPU's memory
 dataset=$1 preset=$2 limit=$3
 shift 3
 sets=()
@@ -37,10 +36,7 @@ member() {  # member SEED: one retriever in /tmp/preset_SEED
 }
 
 t0=$SECONDS
-pids=()
-member "$main" & pids+=($!)
-for s in ${others//,/ }; do member "$s" & pids+=($!); done
-wait "${pids[@]}"   # not a bare wait: that would also wait for the log's tee
+all_at_once member "$main" ${others//,/ }   # no ':' in a seed: member SEED, no --set
 echo "== all trainings: $((SECONDS - t0)) s"
 
 e=/tmp/preset_ensemble

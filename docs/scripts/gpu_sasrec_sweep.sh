@@ -8,9 +8,9 @@
 #
 # e.g. bash docs/scripts/gpu_sasrec_sweep.sh beauty beauty 400 base d128:sasrec.d_model=128,sasrec.mlp_dim=512
 # Each variant gets LIMIT_S seconds for training and ranking together (one cut off has no score,
-# only its holdout curve). On an H200 with six variants at once, about 200 s of each went to
-# loading, compiling and ranking besides the loop (session 34: the base recipe needs more than
-# 380 s in all). What comes back, under $OUT: log.txt, sweep.json (every variant's validation
+# only its holdout curve). On an H200 with six variants at once (session 34), the one that finished
+# spent about 200 s of its 359 s outside the training loop (loading, compiling, ranking), and the
+# base recipe needed more than 380 s in all. What comes back, under $OUT: log.txt, sweep.json (every variant's validation
 # numbers) and variants.tar.gz, holding NAME/{sasrec.log,metrics.jsonl,validation_sasrec.json}.
 set -u
 source docs/scripts/gpu_env.sh
