@@ -117,6 +117,12 @@ class SeqModelConfig:
     # (unlikelihood on repeats: seqmodel.item_model.target_and_repeat_logits), for data that never
     # repeat an item in a history. 0: off.
     unlikelihood: float = 0.0
+    # arch=item only: > 0 adds, with this weight, an in-batch softmax over the batch's target
+    # items: the backbone's state before each target scores every target item of the batch by
+    # its input vector (the sum of its codes' embeddings), and the loss is -log of its own
+    # target's share (seqmodel.train.item_contrast_loss; copies of that item are left out).
+    # Decoding is unchanged. 0: off.
+    item_contrast: float = 0.0
     # arch=item only: > 0 gives level 1's output one learned vector of this width per trie node
     # (code 0, code 1), added to the shared code vectors through a projection of the head's
     # state (seqmodel.item_model); on 256-code SIDs nearly one vector per item. 0: off. At 32
@@ -176,6 +182,13 @@ class SeqModelConfig:
                 "seqmodel.unlikelihood must be >= 0, and > 0 only with seqmodel.arch=item, got "
                 f"{self.unlikelihood} with arch={self.arch}"
             )
+        if self.item_contrast < 0 or (self.item_contrast and self.arch != "item"):
+            raise ValueError(
+                "seqmodel.item_contrast must be >= 0, and > 0 only with seqmodel.arch=item, got "
+                f"{self.item_contrast} with arch={self.arch}"
+            )
+        if self.item_contrast and self.unlikelihood:
+            raise ValueError("seqmodel.item_contrast and seqmodel.unlikelihood: set one of them")
         if self.node_head_dim < 0 or (self.node_head_dim and self.arch != "item"):
             raise ValueError(
                 "seqmodel.node_head_dim must be >= 0, and > 0 only with seqmodel.arch=item, got "
@@ -207,4 +220,6 @@ def identity_fields(cfg: SeqModelConfig) -> dict:
         del fields["unlikelihood"]
     if not cfg.node_head_dim:
         del fields["node_head_dim"]
+    if not cfg.item_contrast:
+        del fields["item_contrast"]
     return fields

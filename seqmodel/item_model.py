@@ -137,6 +137,19 @@ class ItemDecoder(nnx.Module):
         states = self._row_states(inputs, dropout_key)
         return self._teacher_forced(inputs, states), self._repeat_log_probs(inputs, states)
 
+    def target_logits_and_states(
+        self, inputs: Int[Array, "B T"], dropout_key: jax.Array | None = None
+    ) -> tuple[Float[Array, "B T V"], Float[Array, "B G D"]]:
+        """`target_logits`, and the backbone states [B, G, D] they come from: group g's state
+        is the one that predicts the item after group g (seqmodel.item_contrast reads it)."""
+        states = self._row_states(inputs, dropout_key)
+        return self._teacher_forced(inputs, states), states
+
+    def item_vectors(self, tokens: Int[Array, "... L"]) -> Float[Array, "... D"]:
+        """Items' input vectors, the sum of their L codes' embeddings (as `_item_states` reads a
+        whole item), from their level-offset token ids."""
+        return self.embed(tokens).sum(axis=-2)
+
     def _row_states(self, inputs: Int[Array, "B T"], dropout_key: jax.Array | None) -> jax.Array:
         """The backbone states [B, G, D] of a training row of G whole groups of L tokens."""
         T, L = inputs.shape[1], self.space.num_levels

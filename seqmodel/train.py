@@ -59,6 +59,8 @@ def loss_fn(
     model = nnx.merge(graphdef, params)
     if model.cfg.unlikelihood:
         logits, repeat = model.target_and_repeat_logits(batch["inputs"], dropout_key)
+    elif model.cfg.item_contrast:
+        logits, states = model.target_logits_and_states(batch["inputs"], dropout_key)
     else:
         logits = model.target_logits(batch["inputs"], dropout_key, batch.get("segments"))
     ll = token_log_likelihood(logits, batch["targets"], model.space)
@@ -76,6 +78,10 @@ def loss_fn(
     if model.cfg.unlikelihood:
         penalty = repeat_penalty(repeat, batch["inputs"], w, model.space.num_levels)
         loss = loss + model.cfg.unlikelihood * penalty
+    if model.cfg.item_contrast:
+        contrast = item_contrast_loss(model, states, batch["targets"], w)
+        loss = loss + model.cfg.item_contrast * contrast
+        aux["item_contrast"] = contrast
     if hasattr(model, "draft"):
         # Joint training (seqmodel.draft_head="joint"): the head's NLL on each row's last item,
         # from a second backbone pass over history + placeholders. Its dropout key is new, so
@@ -101,6 +107,27 @@ def repeat_penalty(
     # log(1 - p) from log p, kept finite: p is capped just under 1.
     log_not = jnp.log1p(-jnp.exp(jnp.minimum(repeat, -1e-6)))
     return -(log_not * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+def item_contrast_loss(
+    model, states: Float[Array, "B G D"], targets: Int[Array, "B T"], w: Float[Array, "B T"]
+) -> Float[Array, ""]:
+    """Mean over the batch's target items of -log softmax_j(h_i . e_j) at j = i, where h_i is
+    the backbone state before target item i, e_j the input vector of target item j
+    (`ItemDecoder.item_vectors`) and j runs over the batch's target items, the other copies of
+    item i left out (seqmodel.item_contrast)."""
+    B, G, D = states.shape
+    L = model.space.num_levels
+    ids = targets.reshape(B * G, L)
+    # Group g has a target item where its first level is a weighted target.
+    has = w.reshape(B * G, L)[:, 0] > 0
+    h = states.reshape(B * G, D).astype(jnp.float32)
+    e = model.item_vectors(ids).astype(jnp.float32)
+    same = (ids[:, None, :] == ids[None, :, :]).all(axis=-1)
+    keep = has[None, :] & (~same | jnp.eye(B * G, dtype=bool))
+    log_p = jax.nn.log_softmax(jnp.where(keep, h @ e.T, -1e9), axis=-1)
+    own = jnp.diagonal(log_p)
+    return -(own * has).sum() / jnp.maximum(has.sum(), 1.0)
 
 
 def teacher_mix(

@@ -123,6 +123,47 @@ def test_unlikelihood_adds_its_weight_times_the_mean_repeat_penalty(tiny_cfg, sp
         dataclasses.replace(tiny_cfg, unlikelihood=0.5)  # the token-level model has no repeat head
 
 
+def test_item_contrast_is_an_in_batch_softmax_over_the_target_items(tiny_cfg, space):
+    """seqmodel.item_contrast adds its weight times the mean over target items of -log softmax
+    of state . item vector over the batch's other target items (copies of the target left out),
+    computed here by brute force from the model's own states and code embeddings."""
+    from seqmodel.train import loss_fn
+
+    tok = _tokens()
+    # Item 1 is a target in both rows (its copy in the other row is left out of each softmax).
+    rows = [np.array([3, 1, 4, 5]), np.array([7, 1])]
+    exs = [TokenizeExample(tok, tiny_cfg.max_history, "causal").map({"items": r}) for r in rows]
+    batch = {
+        k: jnp.asarray(np.stack([e[k] for e in exs])) for k in ("inputs", "targets", "weights")
+    }
+    losses = []
+    for a in (0.0, 0.7):
+        cfg = dataclasses.replace(tiny_cfg, arch="item", item_contrast=a)
+        model = nnx.jit(lambda cfg=cfg: ItemDecoder(cfg, space, rngs=nnx.Rngs(0)))()
+        graphdef, params = nnx.split(model)
+        losses.append(loss_fn(params, graphdef, batch, None))
+    logits, states = model.target_logits_and_states(batch["inputs"])
+    np.testing.assert_allclose(logits, model.target_logits(batch["inputs"]), atol=1e-6)
+    # The target items (row, group, item): a row's loss is on its items 2..n, so row 0's groups
+    # 1-3 predict 1, 4, 5, and row 1 (left-padded: group 2 reads BOS) has one, 1 at group 3.
+    targets = [(0, 1, 1), (0, 2, 4), (0, 3, 5), (1, 3, 1)]
+    emb = np.asarray(model.embed.embedding[...])
+    vec = {item: emb[tok[item]].sum(axis=0) for _, _, item in targets}
+    terms = []
+    for r, g, item in targets:
+        h = np.asarray(states[r, g])
+        others = [j for _, _, j in targets if j != item]
+        scores = np.array([h @ vec[item]] + [h @ vec[j] for j in others])
+        terms.append(-(scores[0] - np.log(np.exp(scores - scores.max()).sum()) - scores.max()))
+    want = np.mean(terms)
+    assert float(losses[1][1]["item_contrast"]) == pytest.approx(want, rel=1e-4)
+    assert float(losses[1][0]) - float(losses[0][0]) == pytest.approx(0.7 * want, rel=1e-4)
+    with pytest.raises(ValueError, match="item_contrast"):
+        dataclasses.replace(tiny_cfg, item_contrast=0.5)  # the token-level model has no item head
+    with pytest.raises(ValueError, match="one of them"):
+        dataclasses.replace(tiny_cfg, arch="item", item_contrast=0.5, unlikelihood=0.5)
+
+
 def test_left_padding_does_not_change_the_prefill(item_model, space):
     _, prefill, _ = _fns(item_model)
     tok, items = _tokens(), np.array([4, 0, 9])
