@@ -121,8 +121,11 @@ class SeqModelConfig:
     # items: the backbone's state before each target scores every target item of the batch by
     # its input vector (the sum of its codes' embeddings), and the loss is -log of its own
     # target's share (seqmodel.train.item_contrast_loss; copies of that item are left out).
-    # Decoding is unchanged. 0: off.
+    # Decoding is unchanged. 0: off. With item_contrast_logq each score first loses the log of
+    # its item's share of the training targets (the in-batch sampling correction, so that the
+    # softmax estimates the full one instead of favouring rare items).
     item_contrast: float = 0.0
+    item_contrast_logq: bool = False
     # arch=item only: > 0 gives level 1's output one learned vector of this width per trie node
     # (code 0, code 1), added to the shared code vectors through a projection of the head's
     # state (seqmodel.item_model); on 256-code SIDs nearly one vector per item. 0: off. At 32
@@ -187,6 +190,8 @@ class SeqModelConfig:
                 "seqmodel.item_contrast must be >= 0, and > 0 only with seqmodel.arch=item, got "
                 f"{self.item_contrast} with arch={self.arch}"
             )
+        if self.item_contrast_logq and not self.item_contrast:
+            raise ValueError("seqmodel.item_contrast_logq needs seqmodel.item_contrast > 0")
         if self.item_contrast and self.unlikelihood:
             raise ValueError("seqmodel.item_contrast and seqmodel.unlikelihood: set one of them")
         if self.node_head_dim < 0 or (self.node_head_dim and self.arch != "item"):
@@ -222,4 +227,6 @@ def identity_fields(cfg: SeqModelConfig) -> dict:
         del fields["node_head_dim"]
     if not cfg.item_contrast:
         del fields["item_contrast"]
+    if not cfg.item_contrast_logq:
+        del fields["item_contrast_logq"]
     return fields

@@ -112,15 +112,27 @@ class TokenizeExample(grain.transforms.Map):
     (causal, sliding) or of the user's own length n * L (packed: `data.pipeline.packed_batches`
     fills the rows). With a `teacher` (seqmodel.cooc_teacher.CoocTeacher, fixed-length layouts
     only) each row also holds its targets' teacher codes and weights ("teach_codes",
-    "teach_weights", [T, K])."""
+    "teach_weights", [T, K]). With `log_q` (one value per item, fixed-length layouts only) each
+    row also holds "target_logq" [T]: log_q of the item each target token belongs to (0 at
+    padding)."""
 
-    def __init__(self, item_tokens: np.ndarray, max_history: int, layout: str, teacher=None):
-        if teacher is not None and layout == "packed":
-            raise ValueError("TokenizeExample: a teacher needs fixed-length rows, not packed")
+    def __init__(
+        self,
+        item_tokens: np.ndarray,
+        max_history: int,
+        layout: str,
+        teacher=None,
+        log_q: np.ndarray | None = None,
+    ):
+        if (teacher is not None or log_q is not None) and layout == "packed":
+            raise ValueError(
+                "TokenizeExample: a teacher or log_q needs fixed-length rows, not packed"
+            )
         self.item_tokens = np.asarray(item_tokens, np.int32)
         self.max_history = max_history
         self.layout = layout
         self.teacher = teacher
+        self.log_q = None if log_q is None else np.asarray(log_q, np.float32)
 
     def map(self, element: dict) -> dict:
         if self.layout == "packed":
@@ -133,6 +145,13 @@ class TokenizeExample(grain.transforms.Map):
         if self.teacher is not None:
             kept = np.asarray(element["items"])[-self.max_history :]
             out["teach_codes"], out["teach_weights"] = self.teacher.targets(kept, len(example[1]))
+        if self.log_q is not None:
+            kept = np.asarray(element["items"])[-self.max_history :]
+            logq = np.zeros(len(example[1]), np.float32)
+            # The targets' last n L tokens are the kept items' (the first has no weight).
+            tail = np.repeat(self.log_q[kept], self.item_tokens.shape[1])
+            logq[len(logq) - len(tail) :] = tail
+            out["target_logq"] = logq
         return out
 
 

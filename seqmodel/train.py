@@ -79,7 +79,8 @@ def loss_fn(
         penalty = repeat_penalty(repeat, batch["inputs"], w, model.space.num_levels)
         loss = loss + model.cfg.unlikelihood * penalty
     if model.cfg.item_contrast:
-        contrast = item_contrast_loss(model, states, batch["targets"], w)
+        logq = batch.get("target_logq")
+        contrast = item_contrast_loss(model, states, batch["targets"], w, logq)
         loss = loss + model.cfg.item_contrast * contrast
         aux["item_contrast"] = contrast
     if hasattr(model, "draft"):
@@ -110,12 +111,17 @@ def repeat_penalty(
 
 
 def item_contrast_loss(
-    model, states: Float[Array, "B G D"], targets: Int[Array, "B T"], w: Float[Array, "B T"]
+    model,
+    states: Float[Array, "B G D"],
+    targets: Int[Array, "B T"],
+    w: Float[Array, "B T"],
+    logq: Float[Array, "B T"] | None = None,
 ) -> Float[Array, ""]:
-    """Mean over the batch's target items of -log softmax_j(h_i . e_j) at j = i, where h_i is
-    the backbone state before target item i, e_j the input vector of target item j
-    (`ItemDecoder.item_vectors`) and j runs over the batch's target items, the other copies of
-    item i left out (seqmodel.item_contrast)."""
+    """Mean over the batch's target items of -log softmax_j(h_i . e_j - log q_j) at j = i, where
+    h_i is the backbone state before target item i, e_j the input vector of target item j
+    (`ItemDecoder.item_vectors`), q_j its share of the training targets (`logq`, per target
+    token; none: 0) and j runs over the batch's target items, the other copies of item i left
+    out (seqmodel.item_contrast)."""
     B, G, D = states.shape
     L = model.space.num_levels
     ids = targets.reshape(B * G, L)
@@ -125,7 +131,10 @@ def item_contrast_loss(
     e = model.item_vectors(ids).astype(jnp.float32)
     same = (ids[:, None, :] == ids[None, :, :]).all(axis=-1)
     keep = has[None, :] & (~same | jnp.eye(B * G, dtype=bool))
-    log_p = jax.nn.log_softmax(jnp.where(keep, h @ e.T, -1e9), axis=-1)
+    scores = h @ e.T
+    if logq is not None:
+        scores = scores - logq.reshape(B * G, L)[None, :, 0]
+    log_p = jax.nn.log_softmax(jnp.where(keep, scores, -1e9), axis=-1)
     own = jnp.diagonal(log_p)
     return -(own * has).sum() / jnp.maximum(has.sum(), 1.0)
 
@@ -191,7 +200,8 @@ def training_batches(cfg: SeqModelConfig, data: RetrieverData, item_tokens: np.n
         CoocTeacher.build(data.train, data.sids, cfg.cooc_neighbors) if cfg.cooc_distill else None
     )
     row_layout = "causal" if cfg.layout == "bucketed" else cfg.layout
-    transform = TokenizeExample(item_tokens, cfg.max_history, row_layout, teacher)
+    log_q = target_log_shares(data.train, len(data.sids)) if cfg.item_contrast_logq else None
+    transform = TokenizeExample(item_tokens, cfg.max_history, row_layout, teacher, log_q)
     augment = shuffle_record_ties if cfg.shuffle_ties else None
     if cfg.layout == "bucketed":
         lengths = np.minimum(data.train.lengths(), cfg.max_history)
@@ -217,6 +227,17 @@ def training_batches(cfg: SeqModelConfig, data: RetrieverData, item_tokens: np.n
     else:
         ds = batches(source, transform, batch_size=cfg.batch_size, seed=cfg.seed, augment=augment)
     return iter(ds), steps_per_epoch
+
+
+def target_log_shares(train: Histories, num_items: int) -> Float[np.ndarray, " N"]:
+    """log of each item's share of the training targets (every history item after the first),
+    add-one smoothed so that no item's is -inf (seqmodel.item_contrast_logq)."""
+    lengths = train.lengths()
+    first = train.offsets[:-1][lengths > 0]
+    is_target = np.ones(len(train.items), bool)
+    is_target[first] = False
+    counts = np.bincount(train.items[is_target], minlength=num_items) + 1.0
+    return np.log(counts / counts.sum()).astype(np.float32)
 
 
 def row_length(cfg: SeqModelConfig, space: TokenSpace) -> int:

@@ -158,8 +158,27 @@ def test_item_contrast_is_an_in_batch_softmax_over_the_target_items(tiny_cfg, sp
     want = np.mean(terms)
     assert float(losses[1][1]["item_contrast"]) == pytest.approx(want, rel=1e-4)
     assert float(losses[1][0]) - float(losses[0][0]) == pytest.approx(0.7 * want, rel=1e-4)
+    # With the sampling correction each score first loses its item's log share (rows built
+    # with `log_q`: each target token carries its item's value).
+    log_q = np.log(np.arange(1, 11) / 55.0)
+    exs = [
+        TokenizeExample(tok, tiny_cfg.max_history, "causal", log_q=log_q).map({"items": r})
+        for r in rows
+    ]
+    np.testing.assert_allclose(exs[0]["target_logq"][-3 * L :], np.repeat(log_q[[1, 4, 5]], L))
+    batch["target_logq"] = jnp.asarray(np.stack([e["target_logq"] for e in exs]))
+    corrected = loss_fn(params, graphdef, batch, None)[1]["item_contrast"]
+    terms = []
+    for r, g, item in targets:
+        h = np.asarray(states[r, g])
+        others = [j for _, _, j in targets if j != item]
+        scores = np.array([h @ vec[j] - log_q[j] for j in [item, *others]])
+        terms.append(np.log(np.exp(scores - scores.max()).sum()) + scores.max() - scores[0])
+    assert float(corrected) == pytest.approx(np.mean(terms), rel=1e-4)
     with pytest.raises(ValueError, match="item_contrast"):
         dataclasses.replace(tiny_cfg, item_contrast=0.5)  # the token-level model has no item head
+    with pytest.raises(ValueError, match="item_contrast_logq"):
+        dataclasses.replace(tiny_cfg, arch="item", item_contrast_logq=True)
     with pytest.raises(ValueError, match="one of them"):
         dataclasses.replace(tiny_cfg, arch="item", item_contrast=0.5, unlikelihood=0.5)
 
@@ -265,3 +284,13 @@ def test_item_arch_trains_resumes_and_decodes(tmp_path, layout):
     if layout == "causal":  # bucketed batches divide by the epoch's mean weight, not their own
         assert abs(losses[0] - np.log(V)) < 0.2, "initial loss far from uniform over V codes"
     assert any("valid_recall@4" in r for r in rows)
+
+
+def test_target_log_shares_count_every_history_item_after_the_first():
+    from data.types import Histories
+    from seqmodel.train import target_log_shares
+
+    # Users [0, 1, 2], [2], [1, 2]: targets 1, 2, 2 (first items and a lone item are not).
+    h = Histories.from_lists([[0, 1, 2], [2], [1, 2]])
+    counts = np.array([0, 1, 2, 0]) + 1.0
+    np.testing.assert_allclose(np.exp(target_log_shares(h, 4)), counts / counts.sum(), rtol=1e-6)
