@@ -123,7 +123,9 @@ class SeqModelConfig:
     # target's share (seqmodel.train.item_contrast_loss; copies of that item are left out).
     # Decoding is unchanged. 0: off. With item_contrast_logq each score first loses the log of
     # its item's share of the training targets (the in-batch sampling correction, so that the
-    # softmax estimates the full one instead of favouring rare items).
+    # softmax estimates the full one instead of favouring rare items). At 0.25 and 1, with and
+    # without the correction, one retriever's Beauty validation Recall@10 fell from 9.53 to
+    # 8.61-8.94 (docs/RESULTS.md, session 35): the presets leave it off.
     item_contrast: float = 0.0
     item_contrast_logq: bool = False
     # arch=item only: > 0 gives level 1's output one learned vector of this width per trie node
