@@ -142,11 +142,10 @@ class TokenizeExample(grain.transforms.Map):
                 self.item_tokens, element["items"], self.max_history, self.layout
             )
         out = dict(zip(("inputs", "targets", "weights"), example, strict=True))
+        kept = np.asarray(element["items"])[-self.max_history :]
         if self.teacher is not None:
-            kept = np.asarray(element["items"])[-self.max_history :]
             out["teach_codes"], out["teach_weights"] = self.teacher.targets(kept, len(example[1]))
         if self.log_q is not None:
-            kept = np.asarray(element["items"])[-self.max_history :]
             logq = np.zeros(len(example[1]), np.float32)
             # The targets' last n L tokens are the kept items' (the first has no weight).
             tail = np.repeat(self.log_q[kept], self.item_tokens.shape[1])
