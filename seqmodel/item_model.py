@@ -134,8 +134,8 @@ class ItemDecoder(nnx.Module):
         for each group g, log p(item g | state g), the item the state has just read predicted as
         the next one (teacher-forced through the head; any value for BOS and padding groups, whose
         windows are not items). seqmodel.unlikelihood trains it down."""
-        states = self._row_states(inputs, dropout_key)
-        return self._teacher_forced(inputs, states), self._repeat_log_probs(inputs, states)
+        logits, states = self.target_logits_and_states(inputs, dropout_key)
+        return logits, self._repeat_log_probs(inputs, states)
 
     def target_logits_and_states(
         self, inputs: Int[Array, "B T"], dropout_key: jax.Array | None = None

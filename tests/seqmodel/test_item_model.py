@@ -149,13 +149,18 @@ def test_item_contrast_is_an_in_batch_softmax_over_the_target_items(tiny_cfg, sp
     targets = [(0, 1, 1), (0, 2, 4), (0, 3, 5), (1, 3, 1)]
     emb = np.asarray(model.embed.embedding[...])
     vec = {item: emb[tok[item]].sum(axis=0) for _, _, item in targets}
-    terms = []
-    for r, g, item in targets:
-        h = np.asarray(states[r, g])
-        others = [j for _, _, j in targets if j != item]
-        scores = np.array([h @ vec[item]] + [h @ vec[j] for j in others])
-        terms.append(-(scores[0] - np.log(np.exp(scores - scores.max()).sum()) - scores.max()))
-    want = np.mean(terms)
+
+    def brute_force(shift):
+        """Mean of -log softmax over the other target items, each score minus shift[item]."""
+        terms = []
+        for r, g, item in targets:
+            h = np.asarray(states[r, g])
+            others = [j for _, _, j in targets if j != item]
+            scores = np.array([h @ vec[j] - shift[j] for j in [item, *others]])
+            terms.append(np.log(np.exp(scores - scores.max()).sum()) + scores.max() - scores[0])
+        return np.mean(terms)
+
+    want = brute_force(np.zeros(len(tok)))
     assert float(losses[1][1]["item_contrast"]) == pytest.approx(want, rel=1e-4)
     assert float(losses[1][0]) - float(losses[0][0]) == pytest.approx(0.7 * want, rel=1e-4)
     # With the sampling correction each score first loses its item's log share (rows built
@@ -168,13 +173,7 @@ def test_item_contrast_is_an_in_batch_softmax_over_the_target_items(tiny_cfg, sp
     np.testing.assert_allclose(exs[0]["target_logq"][-3 * L :], np.repeat(log_q[[1, 4, 5]], L))
     batch["target_logq"] = jnp.asarray(np.stack([e["target_logq"] for e in exs]))
     corrected = loss_fn(params, graphdef, batch, None)[1]["item_contrast"]
-    terms = []
-    for r, g, item in targets:
-        h = np.asarray(states[r, g])
-        others = [j for _, _, j in targets if j != item]
-        scores = np.array([h @ vec[j] - log_q[j] for j in [item, *others]])
-        terms.append(np.log(np.exp(scores - scores.max()).sum()) + scores.max() - scores[0])
-    assert float(corrected) == pytest.approx(np.mean(terms), rel=1e-4)
+    assert float(corrected) == pytest.approx(brute_force(log_q), rel=1e-4)
     with pytest.raises(ValueError, match="item_contrast"):
         dataclasses.replace(tiny_cfg, item_contrast=0.5)  # the token-level model has no item head
     with pytest.raises(ValueError, match="item_contrast_logq"):
