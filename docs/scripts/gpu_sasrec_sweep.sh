@@ -10,8 +10,9 @@
 # Each variant gets LIMIT_S seconds for training and ranking together (one cut off has no score,
 # only its holdout curve). On an H200 with six variants at once (session 34), the one that finished
 # spent about 200 s of its 359 s outside the training loop (loading, compiling, ranking), and the
-# base recipe needed more than 380 s in all. What comes back, under $OUT: log.txt, sweep.json (every variant's validation
-# numbers) and variants.tar.gz, holding NAME/{sasrec.log,metrics.jsonl,validation_sasrec.json}.
+# base recipe needed more than 380 s in all. What comes back, under $OUT: log.txt, sweep.json
+# (every variant's validation numbers) and variants.tar.gz, holding
+# NAME/{sasrec.log,metrics.jsonl,validation_sasrec.json}.
 set -u
 source docs/scripts/gpu_env.sh
 dataset=$1 preset=$2 limit=$3
@@ -19,11 +20,10 @@ shift 3
 
 variant() {  # variant NAME [--set KEY=VALUE ...]
   local name=$1 w="/tmp/sas_$1" o="$OUT/$1" t0=$SECONDS
-  shift
-  local sets=("$@")
+  shift   # "$@": the --set flags
   rm -rf "$w" && mkdir -p "$w" "$o" && cp -r "gpu/$dataset/prepared" "$w/"
   timeout -k 5 "$limit" python3 -m experiments.cli sasrec --workdir "$w" --config "$preset" \
-    --validation --no-progress "${sets[@]}" > "$o/sasrec.log" 2>&1
+    --validation --no-progress "$@" > "$o/sasrec.log" 2>&1
   echo "== $name: rc=$? $((SECONDS - t0)) s"
   cp "$w/results/validation_sasrec.json" "$o/" 2>/dev/null
   cp "$w/sasrec_loo/metrics.jsonl" "$o/" 2>/dev/null   # the holdout curve, kept for a run cut off

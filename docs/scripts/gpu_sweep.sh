@@ -18,13 +18,12 @@ shift 3
 
 variant() {  # variant NAME [--set KEY=VALUE ...]
   local name=$1 w="/tmp/sweep_$1" o="$OUT/$1"
-  shift
-  local sets=("$@")
+  shift   # "$@": the --set flags
   mkdir -p "$o"
-  train_copy "$dataset" "$preset" "$limit" "$w" "$o/" "${sets[@]}"
+  train_copy "$dataset" "$preset" "$limit" "$w" "$o/" "$@"
   local t0=$SECONDS
   timeout -k 5 150 python3 -m experiments.cli eval-warm --workdir "$w" --validation --batch-size 256 \
-    --config "$preset" --set eval.warm_ensemble_seeds= "${sets[@]}" > "$o/eval.log" 2>&1
+    --config "$preset" --set eval.warm_ensemble_seeds= "$@" > "$o/eval.log" 2>&1
   echo "== $name: eval rc=$? $((SECONDS - t0)) s"
   cp "$w/results/validation_warm.json" "$o/" 2>/dev/null
 }
