@@ -126,6 +126,13 @@ def test_sasrec_validation_ranks_second_to_last_items(workdir: Path, capsys):  #
     # The top 10 without history items (never a target here) holds every hit the plain top 10 has.
     for k in ("recall@5", "recall@10", "ndcg@5", "ndcg@10"):
         assert res["history_excluded"]["sasrec"][k] >= res["methods"]["sasrec"][k], k
+    # The users outside the early stop's 20: their hits are the whole split's less at most 20.
+    outside = res["outside_holdout"]
+    assert outside["num_users"] == len(split.valid_targets) - 20
+    for k in ("recall@5", "recall@10"):
+        hits_all = res["methods"]["sasrec"][k] * res["num_test_users"]
+        hits_out = outside["sasrec"][k] * outside["num_users"]
+        assert hits_all - 20 - 1e-6 <= hits_out <= hits_all + 1e-6, k
     # The same trained model then ranks the test targets (restored, not retrained).
     assert cli.main(["sasrec", "--workdir", w, "--no-progress", *fast]) == 0
     test = json.loads((workdir / "results" / "sasrec.json").read_text())
@@ -133,3 +140,4 @@ def test_sasrec_validation_ranks_second_to_last_items(workdir: Path, capsys):  #
     del test["train"]["train_seconds_this_run"], res["train"]["train_seconds_this_run"]
     assert test["train"] == res["train"]
     assert test["num_test_users"] == len(split.test_targets)
+    assert "outside_holdout" not in test  # a test ranking has no holdout to stand outside
