@@ -49,14 +49,19 @@ def cold_start_examples(
     )
 
 
+def holdout_rows(num_users: int, size: int, seed: int) -> np.ndarray:
+    """The validation users an early stop chooses on: the first `size` of a seeded permutation,
+    sorted. Samples of one seed are nested: a smaller one is a prefix of a larger one."""
+    return np.sort(np.random.default_rng(seed).permutation(num_users)[:size])
+
+
 def loo_examples(
     ds: InteractionData, sids: np.ndarray, *, codebook_size: int, eval_users: int, seed: int
 ) -> RetrieverData:
     """Leave-one-out (TIGER): train on all but the last two items; validate on a seeded sample of
     `eval_users` second-to-last items (never a test target); every item allowed."""
     split = leave_one_out(ds)
-    rng = np.random.default_rng(seed)
-    rows = np.sort(rng.permutation(len(split.valid_targets))[:eval_users])
+    rows = holdout_rows(len(split.valid_targets), eval_users, seed)
     return RetrieverData(
         sids=np.asarray(sids, np.int32),
         codebook_size=codebook_size,

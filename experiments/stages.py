@@ -182,6 +182,7 @@ def sasrec(
     user's last two items, early-stopped on a sample of second-to-last items, then ranked over
     the full catalog for every test user (Recall/NDCG@5/10); with `validation`, for every
     user's second-to-last item instead, and the test targets are not read."""
+    from data.examples import holdout_rows
     from data.splits import leave_one_out
     from experiments import metrics
     from seqmodel import sasrec as sasrec_lib
@@ -189,8 +190,7 @@ def sasrec(
     ds = load_dataset(layout)
     split = leave_one_out(ds)
     seq = cfg.sasrec
-    rng = np.random.default_rng(seq.seed)
-    rows = np.sort(rng.permutation(len(split.valid_targets))[: seq.eval_users])
+    rows = holdout_rows(len(split.valid_targets), seq.eval_users, seq.seed)
     valid_h = Histories.from_lists([split.valid_histories[int(i)] for i in rows])
     graphdef, params, summary = sasrec_lib.train_and_evaluate(
         seq,

@@ -1,10 +1,14 @@
 """Ranks the full leave-one-out validation split (with --test, the test split) with the best
 checkpoint a SASRec run has saved so far: `genret sasrec` ranks only once training ends; this reads
 a run that was stopped, or is still training, without changing it. Prints Recall/NDCG@5/10
-in percent and the checkpoint's step.
+in percent and the checkpoint's step. With --outside K (validation only), also the same numbers
+over the users outside the first K of the early stop's seeded sample (data.examples.holdout_rows):
+two runs whose holdouts differ (K1 < K2, one seed: the samples are nested) compare without the
+bias of either's choice of checkpoint on the users outside K2.
 
-Usage: python docs/scripts/sasrec_best_so_far.py --workdir W [--test] [--config P] [--set K=V ...]
-(the same --config/--set as the `genret sasrec` run, so that the model's shapes match)
+Usage: python docs/scripts/sasrec_best_so_far.py --workdir W [--test | --outside K]
+[--config P] [--set K=V ...] (the same --config/--set as the `genret sasrec` run, so that the
+model's shapes match)
 """
 
 import argparse
@@ -12,6 +16,7 @@ import argparse
 import jax
 import numpy as np
 
+from data.examples import holdout_rows
 from data.splits import leave_one_out
 from experiments import common, metrics
 from experiments.artifacts import load_dataset
@@ -25,7 +30,12 @@ def main() -> None:
     common.add_workdir_arg(parser)
     common.add_config_args(parser)
     parser.add_argument("--test", action="store_true", help="rank the test split instead")
+    parser.add_argument(
+        "--outside", type=int, default=0, metavar="K", help="also score the users outside K"
+    )
     args = parser.parse_args()
+    if args.test and args.outside:
+        parser.error("--outside K scores validation users; it cannot go with --test")
     layout = common.layout_of(args)
     seq = common.resolve_config(args, layout).sasrec
     ds = load_dataset(layout)
@@ -45,6 +55,13 @@ def main() -> None:
     print(f"{layout.root}: best checkpoint at step {step}, {len(pred)} {which} users")
     keys = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")
     print(" / ".join(f"{k} {100 * m[k]:.2f}" for k in keys))
+    if args.outside:
+        rest = np.setdiff1d(
+            np.arange(len(targets)), holdout_rows(len(targets), args.outside, seq.seed)
+        )
+        m = metrics.ranking_metrics(pred[rest], targets[rest], ks=(5, 10), ndcg_ks=(5, 10))
+        print(f"outside the first {args.outside} of the holdout sample: {len(rest)} users")
+        print(" / ".join(f"{k} {100 * m[k]:.2f}" for k in keys))
 
 
 if __name__ == "__main__":
