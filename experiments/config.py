@@ -78,7 +78,8 @@ class EvalConfig:
 # "A longer patience for SASRec") patience 20 validations instead of 10: 9.51 / 5.05; then
 # (session 36, "SASRec's checkpoint chosen on 10,000 validation users") the early stop's sample of
 # 10,000 users instead of 1,000: on the validation users outside both samples 10.06 / 5.43
-# against 9.57 / 5.07, for about 25 s more per validation on the 2-core CPU.
+# against 9.57 / 5.07; each validation ranks ten times the users (about 30 s on the shared
+# 2-core CPU).
 SASREC = SeqModelConfig(
     num_layers=2,
     d_model=64,

@@ -237,7 +237,8 @@ def sasrec(
     }
     if validation:
         # The users the early stop did not see: their numbers carry no bias from the choice of
-        # checkpoint, so runs with different holdouts compare on the users outside both.
+        # checkpoint. Runs whose holdouts differ compare on the users outside the larger one
+        # (docs/scripts/sasrec_best_so_far.py --outside K; samples of one seed are nested).
         outside = np.setdiff1d(np.arange(len(targets)), rows)
         result["outside_holdout"] = {
             "num_users": int(len(outside)),
