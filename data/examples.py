@@ -5,7 +5,13 @@ import dataclasses
 
 import numpy as np
 
-from data.splits import cold_start_split, holdout_last, leave_one_out, validation_split
+from data.splits import (
+    cold_start_split,
+    holdout_last,
+    holdout_rows,
+    leave_one_out,
+    validation_split,
+)
 from data.types import Histories, InteractionData
 
 
@@ -47,12 +53,6 @@ def cold_start_examples(
         valid_targets=valid_t,
         allowed=~split.cold_mask,
     )
-
-
-def holdout_rows(num_users: int, size: int, seed: int) -> np.ndarray:
-    """The validation users an early stop chooses on: the first `size` of a seeded permutation,
-    sorted. Samples of one seed are nested: a smaller one is a prefix of a larger one."""
-    return np.sort(np.random.default_rng(seed).permutation(num_users)[:size])
 
 
 def loo_examples(

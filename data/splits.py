@@ -150,6 +150,12 @@ def leave_one_out(ds: InteractionData | Histories) -> LeaveOneOutSplit:
     )
 
 
+def holdout_rows(num_users: int, size: int, seed: int) -> Int[np.ndarray, " M"]:
+    """A seeded sample of up to `size` of `num_users` rows: the first `size` of a seeded
+    permutation, sorted. Samples of one seed are nested: a smaller one lies inside a larger one."""
+    return np.sort(np.random.default_rng(seed).permutation(num_users)[:size])
+
+
 def holdout_last(
     h: Histories, *, max_users: int, seed: int, min_length: int = 3
 ) -> tuple[Histories, Histories, Int[np.ndarray, " M"]]:
@@ -164,8 +170,7 @@ def holdout_last(
         )
     n = h.lengths()
     eligible = np.flatnonzero(n >= min_length)
-    rng = np.random.default_rng(seed)
-    chosen = np.sort(rng.permutation(eligible)[:max_users])
+    chosen = eligible[holdout_rows(len(eligible), max_users, seed)]
     last = h.offsets[chosen] + n[chosen] - 1
     drop = np.zeros(len(h.items), bool)
     drop[last] = True

@@ -182,8 +182,7 @@ def sasrec(
     user's last two items, early-stopped on a sample of second-to-last items, then ranked over
     the full catalog for every test user (Recall/NDCG@5/10); with `validation`, for every
     user's second-to-last item instead, and the test targets are not read."""
-    from data.examples import holdout_rows
-    from data.splits import leave_one_out
+    from data.splits import holdout_rows, leave_one_out
     from experiments import metrics
     from seqmodel import sasrec as sasrec_lib
 

@@ -2,7 +2,7 @@
 checkpoint a SASRec run has saved so far: `genret sasrec` ranks only once training ends; this reads
 a run that was stopped, or is still training, without changing it. Prints Recall/NDCG@5/10
 in percent and the checkpoint's step. With --outside K (validation only), also the same numbers
-over the users outside the first K of the early stop's seeded sample (data.examples.holdout_rows):
+over the users outside the first K of the early stop's seeded sample (data.splits.holdout_rows):
 two runs whose holdouts differ (K1 < K2, one seed: the samples are nested) compare without the
 bias of either's choice of checkpoint on the users outside K2.
 
@@ -16,8 +16,7 @@ import argparse
 import jax
 import numpy as np
 
-from data.examples import holdout_rows
-from data.splits import leave_one_out
+from data.splits import holdout_rows, leave_one_out
 from experiments import common, metrics
 from experiments.artifacts import load_dataset
 from seqmodel import sasrec
@@ -49,19 +48,22 @@ def main() -> None:
         histories, targets = split.test_histories, split.test_targets
     items = sasrec.encode_items(histories, seq.max_history)
     pred = sasrec.top_k(graphdef, best.params, items, k=10, batch_size=256)
-    m = metrics.ranking_metrics(pred, targets, ks=(5, 10), ndcg_ks=(5, 10))
     step = int(np.asarray(best.step))
     which = "test" if args.test else "validation"
     print(f"{layout.root}: best checkpoint at step {step}, {len(pred)} {which} users")
-    keys = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")
-    print(" / ".join(f"{k} {100 * m[k]:.2f}" for k in keys))
+    _print_metrics(pred, targets)
     if args.outside:
         rest = np.setdiff1d(
             np.arange(len(targets)), holdout_rows(len(targets), args.outside, seq.seed)
         )
-        m = metrics.ranking_metrics(pred[rest], targets[rest], ks=(5, 10), ndcg_ks=(5, 10))
         print(f"outside the first {args.outside} of the holdout sample: {len(rest)} users")
-        print(" / ".join(f"{k} {100 * m[k]:.2f}" for k in keys))
+        _print_metrics(pred[rest], targets[rest])
+
+
+def _print_metrics(pred: np.ndarray, targets: np.ndarray) -> None:
+    m = metrics.ranking_metrics(pred, targets, ks=(5, 10), ndcg_ks=(5, 10))
+    keys = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")
+    print(" / ".join(f"{k} {100 * m[k]:.2f}" for k in keys))
 
 
 if __name__ == "__main__":

@@ -150,11 +150,9 @@ def test_validation_split_never_sees_real_cold_items(tmp_path):
 
 
 def test_holdout_rows_are_nested_prefixes_of_one_seeded_sample():
-    from data.examples import holdout_rows
-
-    small, large = holdout_rows(500, 40, seed=3), holdout_rows(500, 200, seed=3)
+    small, large = splits.holdout_rows(500, 40, seed=3), splits.holdout_rows(500, 200, seed=3)
     assert len(small) == 40 and len(np.unique(large)) == 200
     assert np.all(np.diff(large) > 0) and large.max() < 500  # sorted rows of the split
     assert np.isin(small, large).all()  # the smaller sample lies inside the larger one
-    assert not np.array_equal(holdout_rows(500, 40, seed=4), small)  # the seed draws it
-    assert len(holdout_rows(30, 200, seed=3)) == 30  # a sample past the split is all of it
+    assert not np.array_equal(splits.holdout_rows(500, 40, seed=4), small)  # the seed draws it
+    assert len(splits.holdout_rows(30, 200, seed=3)) == 30  # a sample past the split is all of it
