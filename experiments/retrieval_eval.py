@@ -16,6 +16,7 @@ from data.splits import (
     LeaveOneOutSplit,
     check_fraction,
     cold_start_split,
+    holdout_rows,
     leave_one_out,
     validation_split,
 )
@@ -104,6 +105,17 @@ def ensemble_members(
             )
         members.append(load_retriever_dir(d))
     return members
+
+
+def chosen_on(dirs: Sequence[Path | str], num_users: int) -> np.ndarray:
+    """The validation rows (of TIGER's split, `num_users` of them) on which any of these
+    leave-one-out retrievers chose its checkpoint: each one's seeded sample of its
+    `seqmodel.eval_users` (data.splits.holdout_rows with its own seed), sorted, unique."""
+    rows = [np.zeros(0, np.int64)]
+    for d in map(Path, dirs):
+        _, seq, _ = read_description(d / MODEL_FILE, "retriever", "train-retriever --split loo")
+        rows.append(holdout_rows(num_users, seq.eval_users, seq.seed))
+    return np.unique(np.concatenate(rows))
 
 
 def _content_inputs(
@@ -495,6 +507,19 @@ def evaluate_warm(
         "seed": cfg.eval.seed,
         "split": "validation" if validation else "test",
     }
+    if validation:
+        # The users no retriever of the ranking chose its checkpoint on: their numbers carry no
+        # bias from those choices (runs whose holdouts differ compare here, as SASRec's do).
+        outside = np.flatnonzero(~np.isin(users, chosen_on([rdir, *ensemble], len(split.users))))
+        result["outside_holdout"] = {"num_users": int(len(outside))} | {
+            name: metrics.ranking_metrics(
+                np.where(d.valid, d.items, -1)[outside],
+                targets[outside],
+                ks=(1, 5, 10),
+                ndcg_ks=(5, 10),
+            )
+            for name, d in decoded.items()
+        }
     if members:
         result["ensemble"] = [str(rdir), *map(str, ensemble)]
         result["ensemble_rule"] = rule

@@ -4,8 +4,10 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from data.prepared import load_prepared
-from data.splits import leave_one_out
+from data.splits import holdout_rows, leave_one_out
 from experiments import cli
 from tests.experiments.test_eval_cold_start import TRAIN_FAST, workdir  # noqa: F401
 
@@ -32,6 +34,15 @@ def test_validation_scores_second_to_last_items(workdir: Path, capsys):  # noqa:
     for name in excluded:
         for k in ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10"):
             assert excluded[name][k] >= res["methods"][name][k], (name, k)
+    # The users outside the retriever's 20-user holdout (seed 0): the split's hits less at most 20.
+    outside = res["outside_holdout"]
+    assert outside["num_users"] == len(split.valid_targets) - 20
+    assert set(outside) == {"num_users", *res["methods"]} - {"item_cooccurrence"}
+    for name in ("unconstrained", "static_all_items"):
+        for k in ("recall@1", "recall@5", "recall@10"):
+            hits_all = res["methods"][name][k] * res["num_test_users"]
+            hits_out = outside[name][k] * outside["num_users"]
+            assert hits_all - 20 - 1e-6 <= hits_out <= hits_all + 1e-6, (name, k)
     capsys.readouterr()
     assert cli.main(["eval-warm", "--workdir", w, "--validation", "--decoder", "nezha"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -87,6 +98,12 @@ def test_ensemble_averages_retrievers_of_the_same_sids(workdir: Path, tmp_path, 
     train = ["train-retriever", "--workdir", str(other), "--split", "loo", *TRAIN_FAST]
     assert cli.main([*train, "--set", "seqmodel.seed=1"]) == 0
     member = other / "retriever_loo"
+    # Validation of the two: outside the union of both seeds' 20-user holdouts.
+    assert cli.main(["eval-warm", "--workdir", w, "--validation", "--ensemble", str(member)]) == 0
+    n = json.loads(path.read_text())["num_test_users"]
+    union = np.union1d(holdout_rows(n, 20, 0), holdout_rows(n, 20, 1))
+    assert 20 < len(union) <= 40
+    assert json.loads(path.read_text())["outside_holdout"]["num_users"] == n - len(union)
     assert cli.main(["eval-warm", "--workdir", w, "--ensemble", str(member)]) == 0
     res = json.loads((workdir / "results" / "warm.json").read_text())
     assert res["ensemble"] == [str(loo), str(member)] and res["split"] == "test"
