@@ -36,6 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "trained with --set seqmodel.seed=N); the retrievers' beams are ranked as one ensemble "
         "(eval.warm_ensemble_rule; repeatable; beam search only)",
     )
+    parser.add_argument(
+        "--holdout-of",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="with --validation: the outside_holdout block also leaves out the users that the "
+        "leave-one-out retriever in DIR chose its checkpoint on, so that runs whose holdouts "
+        "differ compare on the same users (repeatable)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_config_args(parser)
 
@@ -49,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError("--validation: only with --decoder beam")
     if args.ensemble and args.decoder != "beam":
         raise ArgumentError("--ensemble: only with --decoder beam")
+    if args.holdout_of and not args.validation:
+        raise ArgumentError("--holdout-of: only with --validation")
     if args.decoder == "beam":
         written = stages.evaluate_warm(
             cfg,
@@ -56,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             validation=args.validation,
             ensemble=args.ensemble,
+            holdout_of=args.holdout_of,
             progress=not args.no_progress,
         )
     else:

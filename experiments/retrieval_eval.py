@@ -425,6 +425,7 @@ def evaluate_warm(
     batch_size: int = 64,
     validation: bool = False,
     ensemble: Sequence[Path | str] = (),
+    holdout_of: Sequence[Path | str] = (),
     progress: bool = True,
 ) -> dict:
     """TIGER's leave-one-out: Recall/NDCG@5/10, unconstrained and constrained to all items.
@@ -433,7 +434,9 @@ def evaluate_warm(
     protocol, far larger than the retriever's own 1,000-user holdout). `ensemble`: other
     leave-one-out retriever directories trained on the same SIDs (other seeds); the beams then
     rank by the average of all the retrievers' per-level log-probabilities, together with the
-    pipeline's own members (`eval.warm_ensemble_seeds`)."""
+    pipeline's own members (`eval.warm_ensemble_seeds`). With `validation`, the block
+    `outside_holdout` scores the users that neither these retrievers nor those of `holdout_of`
+    chose their checkpoints on."""
     own_leave_one_out(cfg, layout)
     loo = Split("loo")
     ds, sids = load_inputs(cfg, layout)
@@ -446,6 +449,11 @@ def evaluate_warm(
     split = leave_one_out(ds)
     if validation:
         split = split.validation_as_test()
+        # The users any of these retrievers chose its checkpoint on (read before decoding, so
+        # that a DIR without a retriever is named before any work).
+        chosen = chosen_on([rdir, *ensemble, *holdout_of], len(split.users))
+    elif holdout_of:
+        raise ArgumentError("holdout_of: only with validation")
     V, L = model.space.codebook_size, model.space.num_levels
     targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
     K = max(cfg.eval.beam_size, 10)  # Recall@10 needs at least 10 beams
@@ -508,9 +516,9 @@ def evaluate_warm(
         "split": "validation" if validation else "test",
     }
     if validation:
-        # The users no retriever of the ranking chose its checkpoint on: their numbers carry no
-        # bias from those choices (runs whose holdouts differ compare here, as SASRec's do).
-        outside = np.flatnonzero(~np.isin(users, chosen_on([rdir, *ensemble], len(split.users))))
+        # Users outside every holdout: their numbers carry no bias from the choices of
+        # checkpoint (runs whose holdouts differ compare here, as SASRec's do).
+        outside = np.flatnonzero(~np.isin(users, chosen))
         result["outside_holdout"] = {"num_users": int(len(outside))} | {
             name: metrics.ranking_metrics(
                 np.where(d.valid, d.items, -1)[outside],
@@ -520,6 +528,8 @@ def evaluate_warm(
             )
             for name, d in decoded.items()
         }
+        if holdout_of:
+            result["outside_holdout"]["holdout_of"] = [str(d) for d in holdout_of]
     if members:
         result["ensemble"] = [str(rdir), *map(str, ensemble)]
         result["ensemble_rule"] = rule

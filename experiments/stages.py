@@ -139,17 +139,20 @@ def evaluate_warm(
     batch_size: int = 64,
     validation: bool = False,
     ensemble: Sequence[Path | str] = (),
+    holdout_of: Sequence[Path | str] = (),
     progress: bool = True,
 ) -> Written:
     """TIGER's leave-one-out Recall/NDCG@5/10 of the leave-one-out retriever (`validation`: on
     every user's second-to-last item instead of the last; `ensemble`: averaged with these other
-    leave-one-out retrievers of the same SIDs)."""
+    leave-one-out retrievers of the same SIDs; `holdout_of`: retrievers whose holdouts the
+    validation's outside_holdout block also leaves out)."""
     result = retrieval_eval.evaluate_warm(
         cfg,
         layout,
         batch_size=batch_size,
         validation=validation,
         ensemble=ensemble,
+        holdout_of=holdout_of,
         progress=progress,
     )
     path = layout.validation_warm_result if validation else layout.warm_result

@@ -104,6 +104,23 @@ def test_ensemble_averages_retrievers_of_the_same_sids(workdir: Path, tmp_path, 
     union = np.union1d(holdout_rows(n, 20, 0), holdout_rows(n, 20, 1))
     assert 20 < len(union) <= 40
     assert json.loads(path.read_text())["outside_holdout"]["num_users"] == n - len(union)
+    # Seed 0 alone, scored outside both holdouts: its own ranking, on the users of the union.
+    assert cli.main(["eval-warm", "--workdir", w, "--validation", "--holdout-of", str(member)]) == 0
+    res = json.loads(path.read_text())
+    assert "ensemble" not in res
+    for k in ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10"):
+        assert res["methods"]["static_all_items"][k] == alone["static_all_items"][k], k
+    assert res["outside_holdout"]["num_users"] == n - len(union)
+    assert res["outside_holdout"]["holdout_of"] == [str(member)]
+    # A DIR without a retriever, or --holdout-of without --validation: one line, nothing written.
+    capsys.readouterr()
+    no_retriever = ["eval-warm", "--workdir", w, "--validation", "--holdout-of", str(tmp_path)]
+    not_validation = ["eval-warm", "--workdir", w, "--holdout-of", str(member)]
+    for args, named in ((no_retriever, str(tmp_path)), (not_validation, "--holdout-of")):
+        assert cli.main(args) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and named in err[0], err
+    assert json.loads(path.read_text()) == res
     assert cli.main(["eval-warm", "--workdir", w, "--ensemble", str(member)]) == 0
     res = json.loads((workdir / "results" / "warm.json").read_text())
     assert res["ensemble"] == [str(loo), str(member)] and res["split"] == "test"
