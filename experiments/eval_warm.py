@@ -58,8 +58,6 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError("--validation: only with --decoder beam")
     if args.ensemble and args.decoder != "beam":
         raise ArgumentError("--ensemble: only with --decoder beam")
-    if args.holdout_of and not args.validation:
-        raise ArgumentError("--holdout-of: only with --validation")
     if args.decoder == "beam":
         written = stages.evaluate_warm(
             cfg,

@@ -437,6 +437,8 @@ def evaluate_warm(
     pipeline's own members (`eval.warm_ensemble_seeds`). With `validation`, the block
     `outside_holdout` scores the users that neither these retrievers nor those of `holdout_of`
     chose their checkpoints on."""
+    if holdout_of and not validation:
+        raise ArgumentError("--holdout-of: only with --validation")
     own_leave_one_out(cfg, layout)
     loo = Split("loo")
     ds, sids = load_inputs(cfg, layout)
@@ -452,8 +454,6 @@ def evaluate_warm(
         # The users any of these retrievers chose its checkpoint on (read before decoding, so
         # that a DIR without a retriever is named before any work).
         chosen = chosen_on([rdir, *ensemble, *holdout_of], len(split.users))
-    elif holdout_of:
-        raise ArgumentError("holdout_of: only with validation")
     V, L = model.space.codebook_size, model.space.num_levels
     targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
     K = max(cfg.eval.beam_size, 10)  # Recall@10 needs at least 10 beams
