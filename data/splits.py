@@ -156,6 +156,14 @@ def holdout_rows(num_users: int, size: int, seed: int) -> Int[np.ndarray, " M"]:
     return np.sort(np.random.default_rng(seed).permutation(num_users)[:size])
 
 
+def outside_holdouts(users: Int[np.ndarray, " U"], *holdouts: np.ndarray) -> Int[np.ndarray, " M"]:
+    """The positions in `users` (row numbers of one split) of the users in none of `holdouts`
+    (row arrays such as holdout_rows gives): the users on whom no early stop chose its checkpoint,
+    whose numbers carry no bias from that choice."""
+    chosen = np.concatenate([np.zeros(0, np.int64), *map(np.asarray, holdouts)])
+    return np.flatnonzero(~np.isin(users, chosen))
+
+
 def holdout_last(
     h: Histories, *, max_users: int, seed: int, min_length: int = 3
 ) -> tuple[Histories, Histories, Int[np.ndarray, " M"]]:

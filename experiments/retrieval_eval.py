@@ -18,6 +18,7 @@ from data.splits import (
     cold_start_split,
     holdout_rows,
     leave_one_out,
+    outside_holdouts,
     validation_split,
 )
 from data.types import Histories, InteractionData
@@ -518,7 +519,7 @@ def evaluate_warm(
     if validation:
         # Users outside every holdout: their numbers carry no bias from the choices of
         # checkpoint (runs whose holdouts differ compare here, as SASRec's do).
-        outside = np.flatnonzero(~np.isin(users, chosen))
+        outside = outside_holdouts(users, chosen)
         result["outside_holdout"] = {"num_users": int(len(outside))} | {
             name: metrics.ranking_metrics(
                 np.where(d.valid, d.items, -1)[outside],

@@ -185,7 +185,7 @@ def sasrec(
     user's last two items, early-stopped on a sample of second-to-last items, then ranked over
     the full catalog for every test user (Recall/NDCG@5/10); with `validation`, for every
     user's second-to-last item instead, and the test targets are not read."""
-    from data.splits import holdout_rows, leave_one_out
+    from data.splits import holdout_rows, leave_one_out, outside_holdouts
     from experiments import metrics
     from seqmodel import sasrec as sasrec_lib
 
@@ -241,7 +241,7 @@ def sasrec(
         # The users the early stop did not see: their numbers carry no bias from the choice of
         # checkpoint. Runs whose holdouts differ compare on the users outside the larger one
         # (docs/scripts/sasrec_best_so_far.py --outside K; samples of one seed are nested).
-        outside = np.setdiff1d(np.arange(len(targets)), rows)
+        outside = outside_holdouts(np.arange(len(targets)), rows)
         result["outside_holdout"] = {
             "num_users": int(len(outside)),
             "sasrec": metrics.ranking_metrics(

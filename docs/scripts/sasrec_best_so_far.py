@@ -16,7 +16,7 @@ import argparse
 import jax
 import numpy as np
 
-from data.splits import holdout_rows, leave_one_out
+from data.splits import holdout_rows, leave_one_out, outside_holdouts
 from experiments import common, metrics
 from experiments.artifacts import load_dataset
 from seqmodel import sasrec
@@ -53,7 +53,7 @@ def main() -> None:
     print(f"{layout.root}: best checkpoint at step {step}, {len(pred)} {which} users")
     _print_metrics(pred, targets)
     if args.outside:
-        rest = np.setdiff1d(
+        rest = outside_holdouts(
             np.arange(len(targets)), holdout_rows(len(targets), args.outside, seq.seed)
         )
         print(f"outside the first {args.outside} of the holdout sample: {len(rest)} users")

@@ -156,3 +156,12 @@ def test_holdout_rows_are_nested_prefixes_of_one_seeded_sample():
     assert np.isin(small, large).all()  # the smaller sample lies inside the larger one
     assert not np.array_equal(splits.holdout_rows(500, 40, seed=4), small)  # the seed draws it
     assert len(splits.holdout_rows(30, 200, seed=3)) == 30  # a sample past the split is all of it
+
+
+def test_outside_holdouts_gives_the_positions_of_users_in_no_holdout():
+    users = np.array([7, 2, 9, 4, 0])  # row numbers of a sampled, unsorted evaluation
+    assert splits.outside_holdouts(users, np.array([2, 4]), np.array([4, 8])).tolist() == [0, 2, 4]
+    assert splits.outside_holdouts(users).tolist() == [0, 1, 2, 3, 4]  # no holdout: everyone
+    rows = splits.holdout_rows(50, 10, seed=1)
+    rest = splits.outside_holdouts(np.arange(50), rows)
+    assert len(rest) == 40 and not np.isin(rest, rows).any()
