@@ -1,13 +1,15 @@
-"""Recall against training budget: test Recall@10 and NDCG@10 of the first k retrievers of a `-long`
-pipeline as one ensemble (k = 1..6), as a percentage of TIGER's, one line per dataset.
+"""Recall against training budget: test Recall@10 and NDCG@10 of the first k retrievers of a
+leave-one-out pipeline as one ensemble (k = 1..n, n its retrievers: six for a `-long` preset), as a
+percentage of TIGER's, one line per dataset.
 
 Usage: python docs/scripts/plot_budget.py OUT.png DATASET=BUDGETDIR:WORKDIR ...
 e.g.   python docs/scripts/plot_budget.py docs/img/budget_long.png \\
            beauty=runs/beauty_budget:runs/beauty_long toys=runs/toys_budget:runs/toys_long \\
            sports=runs/sports_budget:runs/sports_long
 
-Reads BUDGETDIR/k1.json ... k5.json (written by docs/scripts/budget_evals.sh WORKDIR BUDGETDIR)
-and WORKDIR/results/warm.json (k = 6); writes nothing else. Prints the table it plots.
+Reads BUDGETDIR/k1.json, k2.json, ... as far as they go (written by docs/scripts/budget_evals.sh
+WORKDIR BUDGETDIR) and WORKDIR/results/warm.json (k = n); writes nothing else. Prints the table it
+plots.
 """
 
 import json
@@ -24,7 +26,9 @@ COLUMNS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")
 
 
 def _runs(budget_dir: str, workdir: str) -> list[dict]:
-    files = [Path(budget_dir) / f"k{k}.json" for k in range(1, 6)]
+    files = []
+    while (Path(budget_dir) / f"k{len(files) + 1}.json").is_file():
+        files.append(Path(budget_dir) / f"k{len(files) + 1}.json")
     files.append(Path(workdir) / "results" / "warm.json")
     runs = [json.loads(f.read_text()) for f in files]
     for k, run in enumerate(runs, 1):
@@ -39,13 +43,14 @@ def main(out: str, specs: list[str]) -> None:
     if plt is None:
         sys.exit("plot_budget: needs matplotlib (pip install -e '.[plot]')")
     fig, axes = plt.subplots(1, len(METRICS), figsize=(10, 4), dpi=100, sharey=True)
-    k = np.arange(1, 7)
     print("| dataset | k | R@5 | N@5 | R@10 | N@10 |")
     print("|---|---|---|---|---|---|")
+    most = 1
     for spec in specs:
         dataset, _, dirs = spec.partition("=")
         budget_dir, _, workdir = dirs.partition(":")
         runs = _runs(budget_dir, workdir)
+        most = max(most, len(runs))
         tiger = PAPER_WARM[dataset]
         for i, run in enumerate(runs, 1):
             m = run["methods"]["static_all_items"]
@@ -53,15 +58,16 @@ def main(out: str, specs: list[str]) -> None:
             print(f"| {dataset} | {i} | {cells} |")
         for ax, (metric, _) in zip(axes, METRICS, strict=True):
             y = [100 * r["methods"]["static_all_items"][metric] / tiger[metric] for r in runs]
-            ax.plot(k, y, marker="o", label=dataset)
+            ax.plot(np.arange(1, len(runs) + 1), y, marker="o", label=dataset)
     for ax, (_, label) in zip(axes, METRICS, strict=True):
         ax.axhline(100, color="black", lw=1, ls="--")
         ax.set_title(f"{label}, % of TIGER (test)")
+        ax.set_xticks(range(1, most + 1))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("% of TIGER's number")
     axes[0].legend()
-    fig.suptitle("The -long recipe: what each added retriever buys", fontsize=11)
-    fig.supxlabel("retrievers in the ensemble (11-14 quiet CPU minutes each)", fontsize=10)
+    fig.suptitle("What each added retriever buys", fontsize=11)
+    fig.supxlabel("retrievers in the ensemble (seeds 0 to k-1)", fontsize=10)
     fig.tight_layout()
     _save(fig, Path(out))
 
