@@ -108,15 +108,16 @@ def ensemble_members(
     return members
 
 
-def chosen_on(dirs: Sequence[Path | str], num_users: int) -> np.ndarray:
-    """The validation rows (of TIGER's split, `num_users` of them) on which any of these
-    leave-one-out retrievers chose its checkpoint: each one's seeded sample of its
-    `seqmodel.eval_users` (data.splits.holdout_rows with its own seed), sorted, unique."""
-    rows = [np.zeros(0, np.int64)]
+def chosen_on(dirs: Sequence[Path | str], num_users: int) -> list[np.ndarray]:
+    """The validation rows (of TIGER's split, `num_users` of them) on which each of these
+    leave-one-out retrievers chose its checkpoint: its seeded sample of its `seqmodel.eval_users`
+    (data.splits.holdout_rows with its own seed), one array per retriever, for
+    data.splits.outside_holdouts."""
+    rows = []
     for d in map(Path, dirs):
         _, seq, _ = read_description(d / MODEL_FILE, "retriever", "train-retriever --split loo")
         rows.append(holdout_rows(num_users, seq.eval_users, seq.seed))
-    return np.unique(np.concatenate(rows))
+    return rows
 
 
 def _content_inputs(
@@ -519,7 +520,7 @@ def evaluate_warm(
     if validation:
         # Users outside every holdout: their numbers carry no bias from the choices of
         # checkpoint (runs whose holdouts differ compare here, as SASRec's do).
-        outside = outside_holdouts(users, chosen)
+        outside = outside_holdouts(users, *chosen)
         result["outside_holdout"] = {"num_users": int(len(outside))} | {
             name: metrics.ranking_metrics(
                 np.where(d.valid, d.items, -1)[outside],
