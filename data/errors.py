@@ -22,5 +22,9 @@ class ArtifactError(GenretError, FileNotFoundError, ValueError):
     make it again."""
 
 
+class BusyError(GenretError, OSError):
+    """A run directory is in use by another process (`data.runlock`); the message names it."""
+
+
 class StageError(GenretError):
     """A pipeline stage failed; the message names the stage and the cause."""

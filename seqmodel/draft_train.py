@@ -36,7 +36,7 @@ from seqmodel.tokens import (
     encode_histories,
     sid_tokens,
 )
-from seqmodel.train import append_metrics, start_or_resume
+from seqmodel.train import append_metrics, finish, start_or_resume
 
 
 def _loss(
@@ -229,8 +229,7 @@ def train_draft(
                 t0 = time.perf_counter()
             bar.update(1)
     bar.close()
-    ckpts.wait()
-    ckpts.close()
+    finish(ckpts, workdir)
     summary = {
         "steps": step,
         "total_steps": total,

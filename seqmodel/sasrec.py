@@ -17,7 +17,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 from tqdm.auto import tqdm
 
-from data import atomic
+from data import atomic, runlock
 from data.fingerprint import fingerprint
 from data.pipeline import HistorySource, batches, padded_batches
 from data.types import Histories
@@ -252,6 +252,7 @@ def train_and_evaluate(
     ckpts.wait()
     best = ckpts.restore_best_params(jax.eval_shape(lambda: state))
     ckpts.close()
+    runlock.release(workdir)
     summary = {
         "steps": step,
         "total_steps": total,

@@ -17,7 +17,7 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int
 from tqdm.auto import tqdm
 
-from data import atomic
+from data import atomic, runlock
 from data.environment import differences, environment
 from data.errors import ArtifactError
 from data.examples import RetrieverData
@@ -304,7 +304,8 @@ def start_or_resume(
     A run made from other inputs (info["inputs"] differs from the one in `info_file`) is dropped
     with one line; otherwise the newest checkpoint that restores is resumed (None restores: each
     was set aside with one line, and the fresh `state` starts over). Writes `info_file` and trims
-    the metrics log to the resumed step.
+    the metrics log to the resumed step. The lead process holds `workdir`'s run lock
+    (data.runlock) from here until `finish`.
 
     Early stopping's patience only decides when training ends, never what a step computes, so a run
     whose inputs differ from these in their patience alone (`patience_change`) is resumed; the
@@ -312,6 +313,8 @@ def start_or_resume(
     (`checkpoint.stopped`), so a run stopped under a patience of 10 goes on under 20 as if it had
     been made with 20 from the start.
     """
+    if lead:  # a second process resuming the same run is refused (data.runlock); `finish` frees it
+        runlock.hold(workdir)
     path = workdir / info_file
     stored = _read_info(path)
     if stored is not None and stored.get("inputs") != info["inputs"] and lead:
@@ -357,6 +360,14 @@ def start_or_resume(
         atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
     seconds_before = max((r.get("train_seconds", 0.0) for r in rows), default=0.0)
     return ckpts, state, progress, step, seconds_before
+
+
+def finish(ckpts: Checkpoints, workdir: Path) -> None:
+    """Ends a loop begun by `start_or_resume`: waits for the last save, closes the checkpoint
+    managers and frees the run lock."""
+    ckpts.wait()
+    ckpts.close()
+    runlock.release(workdir)
 
 
 def _start_over(workdir: Path, info_file: str, what: str) -> None:
@@ -527,8 +538,7 @@ def train_and_evaluate(
                 bar.set_postfix(loss=f"{window[-1]['loss']:.3f}", tok_s=f"{tps:,.0f}")
             bar.update(1)
     bar.close()
-    ckpts.wait()
-    ckpts.close()
+    finish(ckpts, workdir)
     summary = {
         "steps": step,
         "total_steps": total,

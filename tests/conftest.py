@@ -1,5 +1,6 @@
 """Shared fixtures: strict numpy rank promotion, the real-data folder (skipped when absent)."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -49,3 +50,29 @@ def run_on_forced_cpu_devices(
         text=True,
         timeout=timeout,
     )
+
+
+@contextlib.contextmanager
+def locked_by_another_process(directory: Path):
+    """Another Python process holds `directory`'s run lock (data.runlock's flock) inside the block
+    and exits at its end, dropping it."""
+    script = (
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(directory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from data.errors import BusyError
 from data.types import Histories
 from seqmodel import sasrec
 from seqmodel.config import SeqModelConfig
 from seqmodel.train import read_metrics
+from tests.conftest import locked_by_another_process
 
 CFG = SeqModelConfig(
     num_layers=1,
@@ -143,6 +145,22 @@ def test_changed_config_retrains_instead_of_resuming(tmp_path, capsys):
     )
     assert summary["steps"] == 1, "resumed a checkpoint trained with another config"
     assert "retraining it" in capsys.readouterr().out
+
+
+def test_a_run_that_another_process_trains_is_refused_and_left_as_it_was(tmp_path):
+    args = (_histories(), _histories(1, 5), np.arange(5, dtype=np.int32), N)
+    sasrec.train_and_evaluate(CFG, tmp_path, *args, stop_after=2, show_progress=False)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    other = dataclasses.replace(CFG, learning_rate=CFG.learning_rate / 2)  # would start over
+    with locked_by_another_process(tmp_path):
+        with pytest.raises(BusyError, match="another process is training this run"):
+            sasrec.train_and_evaluate(other, tmp_path, *args, show_progress=False)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [2]
+    # Its own finished runs free the lock: another process can take it.
+    sasrec.train_and_evaluate(CFG, tmp_path, *args, show_progress=False)
+    with locked_by_another_process(tmp_path):
+        pass
 
 
 @pytest.mark.slow

@@ -1,0 +1,48 @@
+"""One training process per run directory: an advisory lock that a second process is refused.
+
+Two processes resuming the same run would both write its checkpoints and metrics log (each
+validation's row twice, saves racing). The lock is `flock` on the directory itself, so it leaves
+no file behind and the kernel drops it when its holder exits, killed or not: a stale lock cannot
+exist. It is advisory: it binds only processes that take it (the training loops, via
+`seqmodel.train.start_or_resume`); reading a run (evaluations, reports) takes none.
+"""
+
+import fcntl
+import os
+from pathlib import Path
+
+from data.errors import BusyError
+
+_held: dict[Path, int] = {}
+
+
+def hold(directory: str | os.PathLike) -> None:
+    """Locks `directory` (made if missing) for this process until it exits or `release` is called.
+
+    Re-entrant: a process that holds it already returns at once. BusyError (one line naming the
+    directory) when another process holds it.
+    """
+    directory = Path(directory).resolve()
+    if directory in _held:
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise BusyError(
+            f"{directory}: another process is training this run now; wait for it to end (or stop "
+            "it) and run this again: it resumes from the last checkpoint"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    _held[directory] = fd
+
+
+def release(directory: str | os.PathLike) -> None:
+    """Drops this process's lock on `directory`; nothing if it holds none."""
+    fd = _held.pop(Path(directory).resolve(), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor releases the flock
