@@ -19,8 +19,8 @@ _held: dict[Path, int] = {}
 def hold(directory: str | os.PathLike) -> None:
     """Locks `directory` (made if missing) for this process until it exits or `release` is called.
 
-    Re-entrant: a process that holds it already returns at once. BusyError (one line naming the
-    directory) when another process holds it.
+    A process that holds it already returns at once (one `release` then frees it). BusyError (one
+    line naming the directory) when another process holds it.
     """
     directory = Path(directory).resolve()
     if directory in _held:

@@ -55,11 +55,15 @@ def run_on_forced_cpu_devices(
 @contextlib.contextmanager
 def locked_by_another_process(directory: Path):
     """Another Python process holds `directory`'s run lock (data.runlock's flock) inside the block
-    and exits at its end, dropping it."""
+    and exits at its end, dropping it; an AssertionError if this process still holds it."""
     script = (
         "import fcntl, os, sys\n"
         "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
-        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "try:\n"
+        "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "except BlockingIOError:\n"
+        "    print('busy', flush=True)\n"
+        "    sys.exit(1)\n"
         "print('held', flush=True)\n"
         "sys.stdin.read()\n"
     )
@@ -71,7 +75,7 @@ def locked_by_another_process(directory: Path):
         text=True,
     )
     try:
-        assert holder.stdout.readline().strip() == "held"
+        assert holder.stdout.readline().strip() == "held", f"{directory} is locked already"
         yield
     finally:
         holder.stdin.close()
