@@ -5,15 +5,23 @@ validation's row twice, saves racing). The lock is `flock` on the directory itse
 no file behind and the kernel drops it when its holder exits, killed or not: a stale lock cannot
 exist. It is advisory: it binds only processes that take it (the training loops, via
 `seqmodel.train.start_or_resume`); reading a run (evaluations, reports) takes none.
+
+A filesystem that cannot lock (some NFS mounts answer ENOLCK or EOPNOTSUPP) gets a warning and no
+lock: the run goes on as it did before locks existed, and the user is told that nothing stops a
+second process there.
 """
 
+import errno
 import fcntl
 import os
+import warnings
 from pathlib import Path
 
 from data.errors import BusyError
 
 _held: dict[Path, int] = {}
+# what a filesystem without lock support answers flock with
+_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
 
 
 def hold(directory: str | os.PathLike) -> None:
@@ -35,6 +43,17 @@ def hold(directory: str | os.PathLike) -> None:
             f"{directory}: another process is training this run now; wait for it to end (or stop "
             "it) and run this again: it resumes from the last checkpoint"
         ) from None
+    except OSError as e:
+        os.close(fd)
+        if e.errno not in _NO_LOCKS:
+            raise
+        warnings.warn(
+            f"{directory}: this filesystem cannot lock ({os.strerror(e.errno)}); training goes on "
+            "unlocked, so make sure no other process trains this run at the same time",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return
     except BaseException:
         os.close(fd)
         raise
