@@ -13,7 +13,8 @@
 # KEY=VALUE is a --set for both (a rehearsal on a CPU: DRY_RUN=1 OUT=/tmp/o bash ... beauty
 # beauty_item_cf 600 seqmodel.max_steps=20).
 # What comes back, under $OUT: log.txt, validation_warm.json and preset.tgz, holding
-# seedN_{train.log,metrics.jsonl,train_summary.json} and eval.log. No test number is computed.
+# seedN_{train.log,metrics.jsonl,train_summary.json} and eval_SPLIT.log. No test number is computed
+# unless TEST=1 (then warm.json too, ranked before the validation split).
 set -u
 source docs/scripts/gpu_env.sh
 dataset=$1 preset=$2 limit=$3
@@ -43,12 +44,16 @@ e=/tmp/preset_ensemble
 rm -rf "$e" && cp -r "gpu/$dataset" "$e"
 mv "/tmp/preset_$main/retriever_loo" "$e/retriever_loo"
 for s in ${others//,/ }; do mv "/tmp/preset_$s/retriever_loo" "$e/retriever_loo_seed$s"; done
-t0=$SECONDS
-timeout -k 5 "${EVAL_LIMIT_S:-240}" python3 -m experiments.cli eval-warm --workdir "$e" --validation --batch-size 256 \
-  --config "$preset" "${sets[@]}" > "$OUT/eval.log" 2>&1
-echo "== eval rc=$? $((SECONDS - t0)) s"
-cp "$e/results/validation_warm.json" "$OUT/" 2>/dev/null
-tail -3 "$OUT/eval.log"
+rank() {  # rank SPLIT [--validation]: the ensemble on one split, cut at EVAL_LIMIT_S
+  local t0=$SECONDS
+  timeout -k 5 "${EVAL_LIMIT_S:-240}" python3 -m experiments.cli eval-warm --workdir "$e" "${@:2}" \
+    --batch-size 256 --config "$preset" "${sets[@]}" > "$OUT/eval_$1.log" 2>&1
+  echo "== eval $1 rc=$? $((SECONDS - t0)) s"
+  tail -3 "$OUT/eval_$1.log"
+}
+# TEST=1 ranks the test split first (a rerun of a preset's record, reported as it comes)
+if [ -n "${TEST:-}" ]; then rank test && cp "$e/results/warm.json" "$OUT/"; fi
+rank validation --validation && cp "$e/results/validation_warm.json" "$OUT/"
 # one archive: the device tool returns only a few files per call
-(cd "$OUT" && tar -czf preset.tgz seed* eval.log validation_warm.json 2>/dev/null; rm -f seed* eval.log)
+(cd "$OUT" && tar -czf preset.tgz seed* eval_*.log ./*warm.json 2>/dev/null; rm -f seed* eval_*.log)
 echo "== total $SECONDS s"
