@@ -37,15 +37,14 @@ def hold(directory: str | os.PathLike) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise BusyError(
-            f"{directory}: another process is training this run now; wait for it to end (or stop "
-            "it) and run this again: it resumes from the last checkpoint"
-        ) from None
-    except OSError as e:
-        os.close(fd)
-        if e.errno not in _NO_LOCKS:
+    except BaseException as e:
+        os.close(fd)  # no lock, whatever went wrong
+        if isinstance(e, BlockingIOError):
+            raise BusyError(
+                f"{directory}: another process is training this run now; wait for it to end (or "
+                "stop it) and run this again: it resumes from the last checkpoint"
+            ) from None
+        if not (isinstance(e, OSError) and e.errno in _NO_LOCKS):
             raise
         warnings.warn(
             f"{directory}: this filesystem cannot lock ({os.strerror(e.errno)}); training goes on "
@@ -54,9 +53,6 @@ def hold(directory: str | os.PathLike) -> None:
             stacklevel=2,
         )
         return
-    except BaseException:
-        os.close(fd)
-        raise
     _held[directory] = fd
 
 
