@@ -67,7 +67,7 @@ def main(out: str, specs: list[str]) -> None:
     axes[0].set_ylabel("% of TIGER's number")
     axes[0].legend()
     fig.suptitle("What each added retriever buys", fontsize=11)
-    fig.supxlabel("retrievers in the ensemble (seeds 0 to k-1)", fontsize=10)
+    fig.supxlabel("retrievers in the ensemble (the pipeline's first k, by seed)", fontsize=10)
     fig.tight_layout()
     _save(fig, Path(out))
 
