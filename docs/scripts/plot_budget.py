@@ -2,7 +2,8 @@
 leave-one-out pipeline as one ensemble (k = 1..n, n its retrievers: six for a `-long` preset), as a
 percentage of TIGER's, one line per dataset.
 
-Usage: python docs/scripts/plot_budget.py OUT.png DATASET=BUDGETDIR:WORKDIR ...
+Usage: python docs/scripts/plot_budget.py OUT.png DATASET[/LABEL]=BUDGETDIR:WORKDIR ...
+(DATASET names TIGER's numbers; LABEL, e.g. a pipeline seed, tells runs of one dataset apart)
 e.g.   python docs/scripts/plot_budget.py docs/img/budget_long.png \\
            beauty=runs/beauty_budget:runs/beauty_long toys=runs/toys_budget:runs/toys_long \\
            sports=runs/sports_budget:runs/sports_long
@@ -39,6 +40,10 @@ def _runs(budget_dir: str, workdir: str) -> list[dict]:
 
 
 def main(out: str, specs: list[str]) -> None:
+    for spec in specs:
+        dataset = spec.partition("=")[0].partition("/")[0]
+        if dataset not in PAPER_WARM:
+            sys.exit(f"plot_budget: {spec}: dataset {dataset!r} is not one of {sorted(PAPER_WARM)}")
     plt = pyplot()
     if plt is None:
         sys.exit("plot_budget: needs matplotlib (pip install -e '.[plot]')")
@@ -47,7 +52,8 @@ def main(out: str, specs: list[str]) -> None:
     print("|---|---|---|---|---|---|")
     most = 1
     for spec in specs:
-        dataset, _, dirs = spec.partition("=")
+        name, _, dirs = spec.partition("=")
+        dataset = name.partition("/")[0]
         budget_dir, _, workdir = dirs.partition(":")
         runs = _runs(budget_dir, workdir)
         most = max(most, len(runs))
@@ -55,10 +61,10 @@ def main(out: str, specs: list[str]) -> None:
         for i, run in enumerate(runs, 1):
             m = run["methods"]["static_all_items"]
             cells = " | ".join(f"{100 * m[x]:.2f}" for x in COLUMNS)
-            print(f"| {dataset} | {i} | {cells} |")
+            print(f"| {name} | {i} | {cells} |")
         for ax, (metric, _) in zip(axes, METRICS, strict=True):
             y = [100 * r["methods"]["static_all_items"][metric] / tiger[metric] for r in runs]
-            ax.plot(np.arange(1, len(runs) + 1), y, marker="o", label=dataset)
+            ax.plot(np.arange(1, len(runs) + 1), y, marker="o", label=name)
     for ax, (_, label) in zip(axes, METRICS, strict=True):
         ax.axhline(100, color="black", lw=1, ls="--")
         ax.set_title(f"{label}, % of TIGER (test)")
