@@ -1,6 +1,6 @@
 """Recall against training budget: test Recall@10 and NDCG@10 of the first k retrievers of a
 leave-one-out pipeline as one ensemble (k = 1..n, n its retrievers: six for a `-long` preset), as a
-percentage of TIGER's, one line per dataset.
+percentage of TIGER's, one line per pipeline.
 
 Usage: python docs/scripts/plot_budget.py OUT.png DATASET[/LABEL]=BUDGETDIR:WORKDIR ...
 (DATASET names TIGER's numbers; LABEL, e.g. a pipeline seed, tells runs of one dataset apart)
@@ -31,6 +31,8 @@ def _runs(budget_dir: str, workdir: str) -> list[dict]:
     while (Path(budget_dir) / f"k{len(files) + 1}.json").is_file():
         files.append(Path(budget_dir) / f"k{len(files) + 1}.json")
     files.append(Path(workdir) / "results" / "warm.json")
+    if not files[-1].is_file():
+        sys.exit(f"plot_budget: {files[-1]}: no such file (run the pipeline in {workdir} first)")
     runs = [json.loads(f.read_text()) for f in files]
     for k, run in enumerate(runs, 1):
         held = len(run.get("ensemble", [None]))

@@ -70,3 +70,15 @@ def test_unknown_dataset_is_one_line_and_writes_nothing(tmp_path):
         + "['beauty', 'sports', 'toys']"
     ]
     assert not (tmp_path / "out.png").exists()
+
+
+def test_missing_pipeline_result_is_one_line(tmp_path):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "budget").mkdir()
+    done = _plot(tmp_path, f"toys={tmp_path / 'budget'}:{tmp_path / 'nowork'}")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"plot_budget: {tmp_path / 'nowork' / 'results' / 'warm.json'}: no such file "
+        f"(run the pipeline in {tmp_path / 'nowork'} first)"
+    ]
+    assert not (tmp_path / "out.png").exists()
