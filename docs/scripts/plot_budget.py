@@ -41,11 +41,18 @@ def _runs(budget_dir: str, workdir: str) -> list[dict]:
     return runs
 
 
+def _spec(spec: str) -> tuple[str, str, str, str]:
+    """DATASET[/LABEL]=BUDGETDIR:WORKDIR as (its label, dataset, budget dir, work dir)."""
+    name, _, dirs = spec.partition("=")
+    dataset = name.partition("/")[0]
+    if dataset not in PAPER_WARM:
+        sys.exit(f"plot_budget: {spec}: dataset {dataset!r} is not one of {sorted(PAPER_WARM)}")
+    budget_dir, _, workdir = dirs.partition(":")
+    return name, dataset, budget_dir, workdir
+
+
 def main(out: str, specs: list[str]) -> None:
-    for spec in specs:
-        dataset = spec.partition("=")[0].partition("/")[0]
-        if dataset not in PAPER_WARM:
-            sys.exit(f"plot_budget: {spec}: dataset {dataset!r} is not one of {sorted(PAPER_WARM)}")
+    parsed = [_spec(spec) for spec in specs]
     plt = pyplot()
     if plt is None:
         sys.exit("plot_budget: needs matplotlib (pip install -e '.[plot]')")
@@ -53,10 +60,7 @@ def main(out: str, specs: list[str]) -> None:
     print("| dataset | k | R@5 | N@5 | R@10 | N@10 |")
     print("|---|---|---|---|---|---|")
     most = 1
-    for spec in specs:
-        name, _, dirs = spec.partition("=")
-        dataset = name.partition("/")[0]
-        budget_dir, _, workdir = dirs.partition(":")
+    for name, dataset, budget_dir, workdir in parsed:
         runs = _runs(budget_dir, workdir)
         most = max(most, len(runs))
         tiger = PAPER_WARM[dataset]

@@ -22,12 +22,13 @@ from experiments.config import Config
 from experiments.configs import beauty_item_cf
 
 
-def long_recipe(cfg: Config) -> Config:
-    """`cfg` (a `*_item_cf` preset) with six seeds instead of four, named `<its name>_long`."""
+def long_recipe(cfg: Config, retrievers: int = 6) -> Config:
+    """`cfg` (a `*_item_cf` preset) with `retrievers` seeds (0..retrievers-1) as one ensemble,
+    named `<its name>_long`."""
     return dataclasses.replace(
         cfg,
         name=f"{cfg.name}_long",
-        eval=dataclasses.replace(cfg.eval, warm_ensemble_seeds=(1, 2, 3, 4, 5)),
+        eval=dataclasses.replace(cfg.eval, warm_ensemble_seeds=tuple(range(1, retrievers))),
     )
 
 

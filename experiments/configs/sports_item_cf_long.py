@@ -11,16 +11,9 @@ Command: `genret pipeline --dataset sports --config sports_item_cf_long --workdi
 docs/RESULTS.md.
 """
 
-import dataclasses
-
 from experiments.config import Config
-from experiments.configs import sports_item_cf
+from experiments.configs import beauty_item_cf_long, sports_item_cf
 
 
 def get_config() -> Config:
-    cfg = sports_item_cf.get_config()
-    return dataclasses.replace(
-        cfg,
-        name="sports_item_cf_long",
-        eval=dataclasses.replace(cfg.eval, warm_ensemble_seeds=(1, 2, 3)),
-    )
+    return beauty_item_cf_long.long_recipe(sports_item_cf.get_config(), retrievers=4)
