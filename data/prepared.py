@@ -152,12 +152,19 @@ def resolve_raw_dir(
     return Path(raw_dir)
 
 
+def stored_key(out_dir: Path) -> str | None:
+    """The content key of the prepared dataset in out_dir (None when there is none): what its
+    records hold, where the files' bytes are not fixed (two writes of the same records differ
+    in the order each example's features are serialized)."""
+    try:
+        return json.loads((Path(out_dir) / KEY_FILE).read_text())["key"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
 def is_prepared(out_dir: Path, key: str) -> bool:
     """Whether out_dir holds a complete prepared dataset with this content key."""
-    try:
-        return json.loads((Path(out_dir) / KEY_FILE).read_text())["key"] == key
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return False
+    return stored_key(out_dir) == key
 
 
 def prepare(cfg: DataConfig, raw_dir: Path | None, out_dir: Path, *, progress: bool = True) -> Path:

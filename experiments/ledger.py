@@ -24,6 +24,10 @@ class Stage:
     after: tuple[str, ...] | None = None
     # Raises when an output exists but no longer loads (a truncated file, a damaged checkpoint).
     check: Callable[[], None] | None = None
+    # The key parts an earlier release used in place of key_parts: a ledger entry under the key
+    # they give (with the upstream stages' earlier keys) still counts as up to date, and is
+    # written again under the current key. None: the same as key_parts.
+    legacy_key_parts: tuple | None = None
 
 
 class Ledger:
@@ -36,9 +40,11 @@ class Ledger:
         except json.JSONDecodeError:
             self.entries = {}  # a damaged ledger only costs a rerun of every stage
 
-    def up_to_date(self, stage: Stage, key: str, log: Callable[[str], None]) -> bool:
+    def up_to_date(
+        self, stage: Stage, key: str, log: Callable[[str], None], legacy: str | None = None
+    ) -> bool:
         entry = self.entries.get(stage.name)
-        if not entry or entry.get("key") != key:
+        if not entry or entry.get("key") not in (key, legacy):
             return False
         missing = [str(p) for p in stage.outputs if not p.exists()]
         if missing:
@@ -50,6 +56,8 @@ class Ledger:
             except Exception as e:  # whatever a damaged file raises: the stage reruns
                 log(f"[{stage.name}] an output no longer loads ({_one_line(e)}); rerunning")
                 return False
+        if entry["key"] != key:  # up to date under the earlier key: keep it under today's
+            self.record(stage, key, entry.get("seconds", 0.0))
         return True
 
     def record(self, stage: Stage, key: str, seconds: float) -> None:
@@ -75,12 +83,15 @@ def run_stages(
     """
     ledger = Ledger(ledger_path)
     keys: dict[str, str] = {}
+    legacy: dict[str, str] = {}  # the keys an earlier release gave (Stage.legacy_key_parts)
     timings = {}
     for i, stage in enumerate(stages):
         after = stage.after if stage.after is not None else ((stages[i - 1].name,) if i else ())
         key = fingerprint([keys[a] for a in after], stage.name, stage.key_parts)
-        keys[stage.name] = key
-        if ledger.up_to_date(stage, key, log):
+        old_parts = stage.key_parts if stage.legacy_key_parts is None else stage.legacy_key_parts
+        old = fingerprint([legacy[a] for a in after], stage.name, old_parts)
+        keys[stage.name], legacy[stage.name] = key, old
+        if ledger.up_to_date(stage, key, log, legacy=old):
             log(f"[{stage.name}] up to date, skipped")
             timings[stage.name] = 0.0
             continue

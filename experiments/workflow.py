@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from data.fingerprint import file_digest
+from data.prepared import stored_key
 from experiments import ledger, stages
 from experiments.artifacts import load_json_result, load_retriever
 from experiments.config import Config, warm_run_config
@@ -34,14 +35,18 @@ WARM_RUN_PREFIX = "loo/"
 
 def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> list[ledger.Stage]:
     """Tokenizer, per-fraction retrievers and evaluations, leave-one-out, with their keys."""
-    prep = file_digest(layout.prepared)
+    # The prepared data enter the keys by their content key: two writes of the same records
+    # differ in bytes. Until session 44 the keys held a digest of those bytes; a ledger written
+    # then stays up to date (legacy_key_parts) while its prepared files are the ones it read.
+    rq = rqvae_identity_fields(cfg.rqvae)
     out = [
         ledger.Stage(
             "tokenizer",
-            (prep, rqvae_identity_fields(cfg.rqvae)),
+            (stored_key(layout.prepared), rq),
             (layout.sids,),
             lambda: stages.train_tokenizer(cfg, layout, progress=progress),
             check=lambda: stages.load_sids(cfg, layout, stages.load_dataset(layout)),
+            legacy_key_parts=(file_digest(layout.prepared), rq),
         )
     ]
     seq = identity_fields(cfg.seqmodel)

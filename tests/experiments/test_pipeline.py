@@ -176,3 +176,27 @@ def test_bad_ensemble_or_empty_pipeline_fails_before_any_stage(tmp_path, capsys,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and key in err[0], err
     assert not (tmp_path / "prepared").exists() and not (tmp_path / "stages.json").exists()
+
+
+def test_stage_keys_follow_the_prepared_content_key_not_the_files_bytes(tmp_path):
+    """Two writes of the same records differ in bytes (the order of each example's serialized
+    features): the tokenizer's key, and so every key after it, must not move with them."""
+    from experiments.config import load_preset
+    from experiments.layout import RunLayout
+    from experiments.workflow import build_stages
+
+    layout = RunLayout(tmp_path)
+    (layout.prepared / "tfds").mkdir(parents=True)
+    records = layout.prepared / "tfds" / "records"
+
+    def keys(content_key: str, data: bytes) -> tuple:
+        atomic.write_json(layout.prepared / prepared.KEY_FILE, {"key": content_key})
+        records.write_bytes(data)
+        stages = build_stages(load_preset("tiny"), layout, progress=False)
+        tokenizer = next(s for s in stages if s.name == "tokenizer")
+        return tokenizer.key_parts, tokenizer.legacy_key_parts
+
+    first, legacy = keys("k1", b"times,items")
+    again, legacy_again = keys("k1", b"items,times")
+    assert again == first and legacy_again != legacy
+    assert keys("k2", b"items,times")[0] != first
