@@ -15,6 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from data.errors import ArgumentError
+from experiments.layout import RunLayout
+from seqmodel import files as retriever_files
+
 # Keys whose values are measurements of the machine, not of the model.
 _TIMING = ("latency", "seconds", "per_s", "wall", "environment")
 
@@ -47,6 +51,7 @@ def _jsonl(path: Path) -> dict:
 def compare(record: Path, run: Path) -> tuple[list[str], list[str]]:
     """(lines saying what was compared, lines naming each difference)."""
     done, diffs = [], []
+    rec, new = RunLayout(record), RunLayout(run)
 
     def same(label: str, a: dict, b: dict) -> None:
         keys = sorted(set(a) | set(b))
@@ -56,21 +61,22 @@ def compare(record: Path, run: Path) -> tuple[list[str], list[str]]:
         if len(bad) > 5:
             diffs.append(f"{label}: and {len(bad) - 5} more")
 
-    for path in sorted((record / "results").glob("*.json")):
-        other = run / "results" / path.name
+    for path in sorted(rec.results.glob("*.json")):
+        other = new.results / path.name
         if other.exists():
             a, b = (dict(_numbers(json.loads(p.read_text()))) for p in (path, other))
             same(f"results/{path.name}", a, b)
         else:
             done.append(f"results/{path.name}: not in {run}")
-    sids = Path("tokenizer", "sids.npy")
-    if (record / sids).exists() and (run / sids).exists():
-        equal = np.array_equal(np.load(record / sids), np.load(run / sids))
+    sids = rec.sids.relative_to(record)
+    if rec.sids.exists() and new.sids.exists():
+        equal = np.array_equal(np.load(rec.sids), np.load(new.sids))
         done.append(f"{sids}: {'equal' if equal else 'differ'}")
         if not equal:
             diffs.append(f"{sids} differ")
     for folder in sorted(p for p in record.glob("retriever_*") if p.is_dir()):
-        for name, read in (("train_summary.json", _summary), ("metrics.jsonl", _jsonl)):
+        readers = ((retriever_files.SUMMARY_FILE, _summary), (retriever_files.METRICS_FILE, _jsonl))
+        for name, read in readers:
             a_path, b_path = folder / name, run / folder.name / name
             if a_path.exists() and b_path.exists():
                 same(f"{folder.name}/{name}", read(a_path), read(b_path))
@@ -90,7 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run", type=Path, help="the work directory to check")
     args = parser.parse_args(argv)
     for d in (args.record, args.run):
-        if not (d / "results").is_dir():
+        try:
+            finished = RunLayout(d).results.is_dir()
+        except ArgumentError as e:  # a file where a work directory should be
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if not finished:
             print(
                 f"error: {d}: no results/ folder (not a finished work directory)", file=sys.stderr
             )
