@@ -1,24 +1,36 @@
-"""Checks that RUN reproduces RECORD (two work directories of one preset and seed): every number of
-every results/*.json that both hold (timings, latencies and the environment left out), the
-tokenizer's SIDs, and for each retriever its training summary and every logged loss and holdout
-metric. Prints what it compared and each difference; exits 0 when all are equal, 1 when not.
+"""Checks that RUN reproduces RECORD (one preset and seed): every number of every results/*.json
+that both hold (timings, latencies and the environment left out), the tokenizer's SIDs, and for
+each retriever its training summary and every logged loss and holdout metric. Prints what it
+compared and each difference; exits 0 when all are equal, 1 when not, 2 on bad input.
+
+RECORD is a work directory or a fingerprint of one: `--write FILE` stores a work directory's
+fingerprint (every results number and training summary in full, the SIDs and each metrics.jsonl
+as a SHA-256 of their values; a few kilobytes), so a record outlives its work directory and can be
+committed (docs/records/). A difference in a metrics.jsonl is then named by its count and digest,
+not by its first differing step.
 
 Usage: python docs/scripts/same_run.py RECORD RUN
+       python docs/scripts/same_run.py WORKDIR --write FILE
 (the acceptance of issue 17: a preset from an empty work directory reproduces its record's
 numbers to the digit on the record's machine; docs/RESULTS.md)
 """
 
 import argparse
+import hashlib
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from data.environment import differences, environment
 from data.errors import ArgumentError
 from experiments.layout import RunLayout
 from seqmodel import files as retriever_files
 
+FORMAT = 1
 # Keys whose values are measurements of the machine, not of the model.
 _TIMING = ("latency", "seconds", "per_s", "wall", "environment")
 
@@ -36,6 +48,10 @@ def _numbers(x, prefix=""):
         yield prefix, x
 
 
+def _json_numbers(path: Path) -> dict:
+    return dict(_numbers(json.loads(path.read_text())))
+
+
 def _jsonl(path: Path) -> dict:
     """'step N/key' -> value of every logged number of a metrics.jsonl, timings left out."""
     out = {}
@@ -48,66 +64,161 @@ def _jsonl(path: Path) -> dict:
     return out
 
 
-def compare(record: Path, run: Path) -> tuple[list[str], list[str]]:
-    """(lines saying what was compared, lines naming each difference)."""
+def _equal(a, b) -> bool:
+    """Equal numbers, NaN equal to NaN (a logged NaN loss reproduces as NaN)."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+
+def _digest(numbers: dict) -> str:
+    """SHA-256 of (key, value) pairs; floats are written exactly (shortest round-trip repr)."""
+    return hashlib.sha256(json.dumps(sorted(numbers.items())).encode()).hexdigest()
+
+
+def fingerprint(workdir: Path) -> dict:
+    """What `compare` checks of a work directory, small enough to commit."""
+    lay = RunLayout(workdir)
+    fp = {"format": FORMAT, "results": {}, "sids": None, "retrievers": {}}
+    for path in sorted(lay.results.glob("*.json")):
+        fp["results"][path.name] = _json_numbers(path)
+    if lay.sids.exists():
+        sids = np.ascontiguousarray(np.load(lay.sids, allow_pickle=False))
+        raw = sids.dtype.str.encode() + str(sids.shape).encode() + sids.tobytes()
+        fp["sids"] = {"shape": list(sids.shape), "sha256": hashlib.sha256(raw).hexdigest()}
+    for folder in sorted(p for p in workdir.glob("retriever_*") if p.is_dir()):
+        entry = {}
+        summary = folder / retriever_files.SUMMARY_FILE
+        if summary.exists():
+            entry["summary"] = _json_numbers(summary)
+        metrics = folder / retriever_files.METRICS_FILE
+        if metrics.exists():
+            numbers = _jsonl(metrics)
+            entry["metrics"] = {"count": len(numbers), "sha256": _digest(numbers)}
+        fp["retrievers"][folder.name] = entry
+    warm = lay.results / "warm.json"
+    env = json.loads(warm.read_text()).get("environment") if warm.exists() else None
+    fp["environment"] = env or environment()
+    return fp
+
+
+def compare(
+    rec: dict, new: dict, record_dir: Path | None = None, run_dir: Path | None = None
+) -> tuple[list[str], list[str]]:
+    """(lines saying what was compared, lines naming each difference) of two fingerprints; with
+    both work directories given, a differing metrics.jsonl is named step by step."""
     done, diffs = [], []
-    rec, new = RunLayout(record), RunLayout(run)
+    run_name = str(run_dir) if run_dir else "RUN"
 
     def same(label: str, a: dict, b: dict) -> None:
         keys = sorted(set(a) | set(b))
-        bad = [k for k in keys if a.get(k, "absent") != b.get(k, "absent")]
+        bad = [k for k in keys if not _equal(a.get(k, "absent"), b.get(k, "absent"))]
         done.append(f"{label}: {len(keys)} numbers, {len(bad)} differ")
         diffs.extend(f"{label} {k}: {a.get(k, 'absent')} vs {b.get(k, 'absent')}" for k in bad[:5])
         if len(bad) > 5:
             diffs.append(f"{label}: and {len(bad) - 5} more")
 
-    for path in sorted(rec.results.glob("*.json")):
-        other = new.results / path.name
-        if other.exists():
-            a, b = (dict(_numbers(json.loads(p.read_text()))) for p in (path, other))
-            same(f"results/{path.name}", a, b)
-        else:
-            done.append(f"results/{path.name}: not in {run}")
-    sids = rec.sids.relative_to(record)
-    if rec.sids.exists() and new.sids.exists():
-        equal = np.array_equal(np.load(rec.sids), np.load(new.sids))
+    for name, numbers in rec["results"].items():
+        if name in new["results"]:
+            same(f"results/{name}", numbers, new["results"][name])
+        else:  # e.g. validation_warm.json, written by a separate eval-warm --validation
+            done.append(f"results/{name}: not in {run_name} (not compared)")
+    sids = "tokenizer SIDs"
+    if rec["sids"] is not None or new["sids"] is not None:
+        equal = rec["sids"] == new["sids"]
         done.append(f"{sids}: {'equal' if equal else 'differ'}")
         if not equal:
-            diffs.append(f"{sids} differ")
-    for folder in sorted(p for p in record.glob("retriever_*") if p.is_dir()):
-        readers = ((retriever_files.SUMMARY_FILE, _summary), (retriever_files.METRICS_FILE, _jsonl))
-        for name, read in readers:
-            a_path, b_path = folder / name, run / folder.name / name
-            if a_path.exists() and b_path.exists():
-                same(f"{folder.name}/{name}", read(a_path), read(b_path))
-            elif a_path.exists():
-                done.append(f"{folder.name}/{name}: not in {run}")
-                diffs.append(f"{folder.name}/{name} missing in {run}")
+            missing = "missing in RECORD" if rec["sids"] is None else f"missing in {run_name}"
+            either_missing = rec["sids"] is None or new["sids"] is None
+            diffs.append(f"{sids} {missing if either_missing else 'differ'}")
+    for name, entry in rec["retrievers"].items():
+        other = new["retrievers"].get(name, {})
+        for part in ("summary", "metrics"):
+            label = f"{name}/" + (
+                retriever_files.SUMMARY_FILE if part == "summary" else retriever_files.METRICS_FILE
+            )
+            if part not in entry:
+                continue
+            if part not in other:
+                done.append(f"{label}: not in {run_name}")
+                diffs.append(f"{label} missing in {run_name}")
+            elif part == "summary":
+                same(label, entry[part], other[part])
+            elif record_dir is not None and run_dir is not None:
+                a, b = (d / name / retriever_files.METRICS_FILE for d in (record_dir, run_dir))
+                same(label, _jsonl(a), _jsonl(b))
+            else:
+                count, equal = entry[part]["count"], entry[part] == other[part]
+                done.append(f"{label}: {count} numbers, digest {'equal' if equal else 'differs'}")
+                if not equal:
+                    theirs = other[part]["count"]
+                    diffs.append(f"{label}: {count} vs {theirs} numbers, digest differs")
+    env = differences(rec.get("environment"), new.get("environment"))
+    machine_keys = {"python", "platform", "cpu", "cpu_count"}
+    machine = [line for line in env if line.split(":")[0] in machine_keys]
+    if machine:  # the acceptance is on the record's machine: say when it is not
+        done.append("machines differ: " + "; ".join(machine))
+    if len(env) > len(machine):
+        done.append(f"{len(env) - len(machine)} package versions differ")
     return done, diffs
 
 
-def _summary(path: Path) -> dict:
-    return dict(_numbers(json.loads(path.read_text())))
+def _work_dir(d: Path) -> str | None:
+    """Why `d` is not a finished work directory, or None."""
+    try:
+        finished = RunLayout(d).results.is_dir()
+    except ArgumentError as e:  # a file where a work directory should be
+        return str(e)
+    return None if finished else f"{d}: no results/ folder (not a finished work directory)"
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        fp = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a fingerprint ({e})") from None
+    if not isinstance(fp, dict) or fp.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a fingerprint of format {FORMAT} (same_run.py --write)")
+    return fp
+
+
+def _write(fp: dict, path: Path) -> None:
+    """Whole or not at all: a temporary file beside `path`, renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(fp, f, indent=1, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("record", type=Path, help="the work directory of record")
-    parser.add_argument("run", type=Path, help="the work directory to check")
+    parser.add_argument(
+        "record", type=Path, help="the work directory of record, or its fingerprint (.json)"
+    )
+    parser.add_argument("run", type=Path, nargs="?", help="the work directory to check")
+    parser.add_argument(
+        "--write", type=Path, metavar="FILE", help="store RECORD's fingerprint in FILE and exit"
+    )
     args = parser.parse_args(argv)
-    for d in (args.record, args.run):
-        try:
-            finished = RunLayout(d).results.is_dir()
-        except ArgumentError as e:  # a file where a work directory should be
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        if not finished:
-            print(
-                f"error: {d}: no results/ folder (not a finished work directory)", file=sys.stderr
-            )
+    if (args.run is None) == (args.write is None):
+        parser.error("give RUN to compare with, or --write FILE (not both)")
+    record_is_file = args.record.is_file() and args.write is None
+    for d in [args.run] if record_is_file else [args.record, args.run]:
+        if d is not None and (why := _work_dir(d)):
+            print(f"error: {why}", file=sys.stderr)
             return 2
     try:
-        done, diffs = compare(args.record, args.run)
+        if args.write is not None:
+            _write(fingerprint(args.record), args.write)
+            print(f"wrote {args.write}")
+            return 0
+        rec = _read_record(args.record) if record_is_file else fingerprint(args.record)
+        dirs = (None, None) if record_is_file else (args.record, args.run)
+        done, diffs = compare(rec, fingerprint(args.run), *dirs)
     except (OSError, ValueError) as e:  # a damaged JSON or SIDs file
         print(f"error: {e}", file=sys.stderr)
         return 2

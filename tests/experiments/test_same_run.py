@@ -55,7 +55,7 @@ def test_equal_runs_pass_though_their_timings_differ(tmp_path):
     [
         ({"recall": 0.0797}, "results/warm.json /methods/static_all_items/recall@10"),
         ({"loss": 0.78}, "retriever_loo/metrics.jsonl step 2/loss: 0.77 vs 0.78"),
-        ({"sid": 4}, "tokenizer/sids.npy differ"),
+        ({"sid": 4}, "tokenizer SIDs differ"),
     ],
 )
 def test_one_changed_number_fails_and_is_named(tmp_path, change, named):
@@ -70,3 +70,65 @@ def test_a_folder_without_results_is_one_line(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0
     assert "empty: no results/ folder" in out.stderr
+
+
+def test_a_fingerprint_stands_for_its_work_directory(tmp_path):
+    a = _work(tmp_path / "a")
+    fp = tmp_path / "records" / "a.json"
+    out = _run(a, "--write", fp)
+    assert out.returncode == 0, out.stderr
+    assert fp.stat().st_size < 20_000
+    assert not [p for p in fp.parent.iterdir() if p.name.startswith(".")]  # no temporary left
+    same = _run(fp, _work(tmp_path / "b", latency=2.5, seconds=990.0))
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "retriever_loo/metrics.jsonl: 4 numbers, digest equal" in same.stdout
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"recall": 0.0797}, "results/warm.json /methods/static_all_items/recall@10"),
+        ({"loss": 0.78}, "retriever_loo/metrics.jsonl: 4 vs 4 numbers, digest differs"),
+        ({"sid": 4}, "tokenizer SIDs differ"),
+    ],
+)
+def test_a_fingerprint_names_a_changed_number(tmp_path, change, named):
+    fp = tmp_path / "a.json"
+    assert _run(_work(tmp_path / "a"), "--write", fp).returncode == 0
+    out = _run(fp, _work(tmp_path / "b", **change))
+    assert out.returncode == 1
+    assert named in out.stdout
+
+
+def test_missing_sids_or_retriever_in_the_run_are_differences(tmp_path):
+    a, b = _work(tmp_path / "a"), _work(tmp_path / "b")
+    (b / "tokenizer" / "sids.npy").unlink()
+    out = _run(a, b)
+    assert out.returncode == 1
+    assert f"tokenizer SIDs missing in {b}" in out.stdout
+    c = _work(tmp_path / "c")
+    for f in (c / "retriever_loo").iterdir():
+        f.unlink()
+    out = _run(a, c)
+    assert out.returncode == 1
+    assert f"retriever_loo/metrics.jsonl missing in {c}" in out.stdout
+
+
+def test_a_nan_reproduced_is_equal(tmp_path):
+    out = _run(_work(tmp_path / "a", loss=float("nan")), _work(tmp_path / "b", loss=float("nan")))
+    assert out.returncode == 0, out.stdout
+
+
+def test_a_file_that_is_not_a_fingerprint_is_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": 99}')
+    out = _run(bad, _work(tmp_path / "b"))
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0
+    assert "bad.json: not a fingerprint of format 1" in out.stderr
+    garbled = tmp_path / "garbled.json"
+    garbled.write_text("{")
+    out = _run(garbled, _work(tmp_path / "c"))
+    assert out.returncode == 2 and "garbled.json: not a fingerprint" in out.stderr
+    usage = _run(_work(tmp_path / "d"))
+    assert usage.returncode == 2 and "give RUN" in usage.stderr
