@@ -188,6 +188,9 @@ def _write(fp: dict, path: Path) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(fp, f, indent=1, sort_keys=True)
             f.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide a record from other users
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

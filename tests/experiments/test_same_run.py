@@ -78,6 +78,7 @@ def test_a_fingerprint_stands_for_its_work_directory(tmp_path):
     out = _run(a, "--write", fp)
     assert out.returncode == 0, out.stderr
     assert fp.stat().st_size < 20_000
+    assert fp.stat().st_mode & 0o044  # readable by others, as any written file
     assert not [p for p in fp.parent.iterdir() if p.name.startswith(".")]  # no temporary left
     same = _run(fp, _work(tmp_path / "b", latency=2.5, seconds=990.0))
     assert same.returncode == 0, same.stdout + same.stderr
