@@ -220,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {args.write}")
             return 0
         rec = _read_record(args.record) if record_is_file else fingerprint(args.record)
-        dirs = (None, None) if record_is_file else (args.record, args.run)
-        done, diffs = compare(rec, fingerprint(args.run), *dirs)
+        record_dir = None if record_is_file else args.record
+        done, diffs = compare(rec, fingerprint(args.run), record_dir, args.run)
     except (OSError, ValueError) as e:  # a damaged JSON or SIDs file
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -101,6 +101,16 @@ def test_a_fingerprint_names_a_changed_number(tmp_path, change, named):
     assert named in out.stdout
 
 
+def test_against_a_fingerprint_the_run_is_named_by_its_path(tmp_path):
+    fp = tmp_path / "a.json"
+    assert _run(_work(tmp_path / "a"), "--write", fp).returncode == 0
+    b = _work(tmp_path / "b")
+    (b / "tokenizer" / "sids.npy").unlink()
+    out = _run(fp, b)
+    assert out.returncode == 1
+    assert f"tokenizer SIDs missing in {b}" in out.stdout
+
+
 def test_missing_sids_or_retriever_in_the_run_are_differences(tmp_path):
     a, b = _work(tmp_path / "a"), _work(tmp_path / "b")
     (b / "tokenizer" / "sids.npy").unlink()
