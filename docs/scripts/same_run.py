@@ -18,13 +18,12 @@ numbers to the digit on the record's machine; docs/RESULTS.md)
 import argparse
 import hashlib
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from data import atomic
 from data.environment import differences, environment
 from data.errors import ArgumentError
 from experiments.layout import RunLayout
@@ -180,23 +179,6 @@ def _read_record(path: Path) -> dict:
     return fp
 
 
-def _write(fp: dict, path: Path) -> None:
-    """Whole or not at all: a temporary file beside `path`, renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(fp, f, indent=1, sort_keys=True)
-            f.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide a record from other users
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -216,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         if args.write is not None:
-            _write(fingerprint(args.record), args.write)
+            text = json.dumps(fingerprint(args.record), indent=1, sort_keys=True) + "\n"
+            atomic.write_text(args.write, text)
             print(f"wrote {args.write}")
             return 0
         rec = _read_record(args.record) if record_is_file else fingerprint(args.record)
