@@ -54,6 +54,10 @@ def environment() -> dict:
     }
 
 
+# The fields of a record that describe the machine and interpreter (the rest: package versions).
+MACHINE_KEYS = ("python", "platform", "cpu", "cpu_count")
+
+
 def differences(a: dict | None, b: dict | None) -> list[str]:
     """What differs between two environment records, one 'field: a -> b' line each; an absent
     record (a result written before environments were recorded) differs in nothing it can name."""
@@ -64,7 +68,7 @@ def differences(a: dict | None, b: dict | None) -> list[str]:
         va, vb = a.get("packages", {}).get(name), b.get("packages", {}).get(name)
         if va != vb:
             out.append(f"{name}: {va} -> {vb}")
-    for key in ("python", "platform", "cpu", "cpu_count"):
+    for key in MACHINE_KEYS:
         if a.get(key) != b.get(key):
             out.append(f"{key}: {a.get(key)} -> {b.get(key)}")
     return out

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from data import atomic
-from data.environment import differences, environment
+from data.environment import MACHINE_KEYS, differences, environment
 from data.errors import ArgumentError
 from experiments.layout import RunLayout
 from seqmodel import files as retriever_files
@@ -141,7 +141,9 @@ def compare(
                 diffs.append(f"{label} missing in {run_name}")
             elif part == "summary":
                 same(label, entry[part], other[part])
-            elif record_dir is not None and run_dir is not None:
+            elif entry[part] == other[part] and record_dir is not None and run_dir is not None:
+                done.append(f"{label}: {entry[part]['count']} numbers, 0 differ")
+            elif record_dir is not None and run_dir is not None:  # name the steps that differ
                 a, b = (d / name / retriever_files.METRICS_FILE for d in (record_dir, run_dir))
                 same(label, _jsonl(a), _jsonl(b))
             else:
@@ -151,8 +153,7 @@ def compare(
                     theirs = other[part]["count"]
                     diffs.append(f"{label}: {count} vs {theirs} numbers, digest differs")
     env = differences(rec.get("environment"), new.get("environment"))
-    machine_keys = {"python", "platform", "cpu", "cpu_count"}
-    machine = [line for line in env if line.split(":")[0] in machine_keys]
+    machine = [line for line in env if line.split(":")[0] in MACHINE_KEYS]
     if machine:  # the acceptance is on the record's machine: say when it is not
         done.append("machines differ: " + "; ".join(machine))
     if len(env) > len(machine):
