@@ -9,6 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
+# The process's umask, read once at import: os.umask reads it only by setting it, and setting it
+# on every write would give other threads (orbax's background checkpoint saves) a moment of umask 0.
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike):
@@ -17,9 +22,7 @@ def atomic_path(path: str | os.PathLike):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # the mode of any new file, not mkstemp's private 0600
+    os.chmod(tmp, 0o666 & ~_UMASK)  # the mode of any new file, not mkstemp's private 0600
     try:
         yield Path(tmp)
         os.replace(tmp, path)

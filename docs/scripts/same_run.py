@@ -141,11 +141,12 @@ def compare(
                 diffs.append(f"{label} missing in {run_name}")
             elif part == "summary":
                 same(label, entry[part], other[part])
-            elif entry[part] == other[part] and record_dir is not None and run_dir is not None:
-                done.append(f"{label}: {entry[part]['count']} numbers, 0 differ")
-            elif record_dir is not None and run_dir is not None:  # name the steps that differ
-                a, b = (d / name / retriever_files.METRICS_FILE for d in (record_dir, run_dir))
-                same(label, _jsonl(a), _jsonl(b))
+            elif record_dir is not None and run_dir is not None:
+                if entry[part] == other[part]:  # equal digests: no second read of both files
+                    done.append(f"{label}: {entry[part]['count']} numbers, 0 differ")
+                else:  # name the steps that differ
+                    a, b = (d / name / retriever_files.METRICS_FILE for d in (record_dir, run_dir))
+                    same(label, _jsonl(a), _jsonl(b))
             else:
                 count, equal = entry[part]["count"], entry[part] == other[part]
                 done.append(f"{label}: {count} numbers, digest {'equal' if equal else 'differs'}")
