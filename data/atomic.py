@@ -37,6 +37,7 @@ def atomic_dir(path: str | os.PathLike):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_UMASK)  # the mode of any new directory, not mkdtemp's private 0700
     try:
         yield tmp
         if path.exists():
