@@ -58,17 +58,27 @@ def environment() -> dict:
 MACHINE_KEYS = ("python", "platform", "cpu", "cpu_count")
 
 
-def differences(a: dict | None, b: dict | None) -> list[str]:
-    """What differs between two environment records, one 'field: a -> b' line each; an absent
-    record (a result written before environments were recorded) differs in nothing it can name."""
+def package_differences(a: dict | None, b: dict | None) -> list[str]:
+    """The package versions that differ between two environment records, one 'name: a -> b'
+    line each; an absent record (a result written before environments were recorded) differs in
+    nothing it can name."""
     if not a or not b:
         return []
-    out = []
-    for name in sorted(set(a.get("packages", {})) | set(b.get("packages", {}))):
-        va, vb = a.get("packages", {}).get(name), b.get("packages", {}).get(name)
-        if va != vb:
-            out.append(f"{name}: {va} -> {vb}")
-    for key in MACHINE_KEYS:
-        if a.get(key) != b.get(key):
-            out.append(f"{key}: {a.get(key)} -> {b.get(key)}")
-    return out
+    pa, pb = a.get("packages", {}), b.get("packages", {})
+    return [
+        f"{n}: {pa.get(n)} -> {pb.get(n)}"
+        for n in sorted(set(pa) | set(pb))
+        if pa.get(n) != pb.get(n)
+    ]
+
+
+def machine_differences(a: dict | None, b: dict | None) -> list[str]:
+    """The fields of MACHINE_KEYS that differ, one 'field: a -> b' line each."""
+    if not a or not b:
+        return []
+    return [f"{k}: {a.get(k)} -> {b.get(k)}" for k in MACHINE_KEYS if a.get(k) != b.get(k)]
+
+
+def differences(a: dict | None, b: dict | None) -> list[str]:
+    """Everything that differs between two environment records: packages, then the machine."""
+    return package_differences(a, b) + machine_differences(a, b)

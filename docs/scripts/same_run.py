@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from data import atomic
-from data.environment import MACHINE_KEYS, differences, environment
+from data.environment import environment, machine_differences, package_differences
 from data.errors import ArgumentError
 from experiments.layout import RunLayout
 from seqmodel import files as retriever_files
@@ -153,12 +153,11 @@ def compare(
                 if not equal:
                     theirs = other[part]["count"]
                     diffs.append(f"{label}: {count} vs {theirs} numbers, digest differs")
-    env = differences(rec.get("environment"), new.get("environment"))
-    machine = [line for line in env if line.split(":")[0] in MACHINE_KEYS]
+    machine = machine_differences(rec.get("environment"), new.get("environment"))
     if machine:  # the acceptance is on the record's machine: say when it is not
         done.append("machines differ: " + "; ".join(machine))
-    if len(env) > len(machine):
-        done.append(f"{len(env) - len(machine)} package versions differ")
+    if packages := package_differences(rec.get("environment"), new.get("environment")):
+        done.append(f"{len(packages)} package versions differ")
     return done, diffs
 
 

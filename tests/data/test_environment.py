@@ -5,7 +5,12 @@ import importlib.metadata
 import jax
 import numpy as np
 
-from data.environment import differences, environment
+from data.environment import (
+    differences,
+    environment,
+    machine_differences,
+    package_differences,
+)
 
 
 def test_environment_names_the_installed_versions():
@@ -26,3 +31,9 @@ def test_differences_name_each_changed_field_and_nothing_else():
         f"cpu_count: {a['cpu_count']} -> 99",
     ]
     assert differences(None, a) == differences(a, {}) == []
+    assert machine_differences(a, b) == [f"cpu_count: {a['cpu_count']} -> 99"]
+    assert package_differences(a, b) == differences(a, b)[:2]
+    # classified by where each line came from, not by parsing it (a value may hold a colon)
+    c = {**a, "platform": "Linux: other"}
+    assert machine_differences(a, c) == [f"platform: {a['platform']} -> Linux: other"]
+    assert package_differences(a, c) == []
