@@ -22,8 +22,8 @@ def atomic_path(path: str | os.PathLike):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    os.chmod(tmp, 0o666 & ~_UMASK)  # the mode of any new file, not mkstemp's private 0600
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # the mode of any new file, not mkstemp's private 0600
         yield Path(tmp)
         os.replace(tmp, path)
     finally:
@@ -37,8 +37,8 @@ def atomic_dir(path: str | os.PathLike):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    os.chmod(tmp, 0o777 & ~_UMASK)  # the mode of any new directory, not mkdtemp's private 0700
     try:
+        os.chmod(tmp, 0o777 & ~_UMASK)  # the mode of any new directory, not mkdtemp's private 0700
         yield tmp
         if path.exists():
             shutil.rmtree(path)

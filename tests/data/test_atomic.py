@@ -1,3 +1,5 @@
+"""Tests of data/atomic.py: whole files and folders or nothing, with the modes of new ones."""
+
 import os
 import stat
 
