@@ -58,6 +58,11 @@ def environment() -> dict:
 MACHINE_KEYS = ("python", "platform", "cpu", "cpu_count")
 
 
+def _changed(x: dict, y: dict, keys) -> list[str]:
+    """One 'key: x -> y' line for each of `keys` whose values differ, in the order of `keys`."""
+    return [f"{k}: {x.get(k)} -> {y.get(k)}" for k in keys if x.get(k) != y.get(k)]
+
+
 def package_differences(a: dict | None, b: dict | None) -> list[str]:
     """The package versions that differ between two environment records, one 'name: a -> b'
     line each; an absent record (a result written before environments were recorded) differs in
@@ -65,18 +70,12 @@ def package_differences(a: dict | None, b: dict | None) -> list[str]:
     if not a or not b:
         return []
     pa, pb = a.get("packages", {}), b.get("packages", {})
-    return [
-        f"{n}: {pa.get(n)} -> {pb.get(n)}"
-        for n in sorted(set(pa) | set(pb))
-        if pa.get(n) != pb.get(n)
-    ]
+    return _changed(pa, pb, sorted(set(pa) | set(pb)))
 
 
 def machine_differences(a: dict | None, b: dict | None) -> list[str]:
     """The fields of MACHINE_KEYS that differ, one 'field: a -> b' line each."""
-    if not a or not b:
-        return []
-    return [f"{k}: {a.get(k)} -> {b.get(k)}" for k in MACHINE_KEYS if a.get(k) != b.get(k)]
+    return _changed(a, b, MACHINE_KEYS) if a and b else []
 
 
 def differences(a: dict | None, b: dict | None) -> list[str]:

@@ -153,10 +153,11 @@ def compare(
                 if not equal:
                     theirs = other[part]["count"]
                     diffs.append(f"{label}: {count} vs {theirs} numbers, digest differs")
-    machine = machine_differences(rec.get("environment"), new.get("environment"))
-    if machine:  # the acceptance is on the record's machine: say when it is not
+    env_rec, env_new = rec.get("environment"), new.get("environment")
+    # The acceptance is on the record's machine: say when it is not.
+    if machine := machine_differences(env_rec, env_new):
         done.append("machines differ: " + "; ".join(machine))
-    if packages := package_differences(rec.get("environment"), new.get("environment")):
+    if packages := package_differences(env_rec, env_new):
         done.append(f"{len(packages)} package versions differ")
     return done, diffs
 
