@@ -147,8 +147,12 @@ def console() -> None:
 
     XLA may still be compiling in a thread when Ctrl-C lands; a normal interpreter shutdown then
     destroys JAX's client under it and segfaults. Checkpoints are complete by now (saves hold the
-    interrupt until committed), so exiting at once loses nothing.
+    interrupt until committed), so exiting at once loses nothing. Compiled programs are cached
+    on disk for later commands (experiments.xla_cache; GENRET_COMPILE_CACHE=off turns it off).
     """
+    from experiments import xla_cache
+
+    xla_cache.enable()
     code = main()
     if code == 130:
         sys.stdout.flush()

@@ -12,6 +12,10 @@ import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
+# `genret` subprocesses compile afresh, as the suite's own process does: nothing read from or
+# left in the user's compilation cache (experiments/xla_cache.py; its tests turn it on in a folder).
+os.environ["GENRET_COMPILE_CACHE"] = "off"
+
 # A suite started in the background by a non-interactive shell inherits SIGINT ignored, so Python
 # installs no Ctrl-C handler and the Ctrl-C tests see nothing; give them the interactive default.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

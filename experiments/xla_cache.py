@@ -1,0 +1,50 @@
+"""JAX's persistent compilation cache for the `genret` command.
+
+XLA compiles each jitted program once per process; a retriever's train step compiles once per
+length bucket (about 5 s each on the 2-core CPU), and a pipeline's second cold-start retriever
+compiles the same programs as its first. With the cache on, a program compiled once is read back
+from disk by every later stage and run: the same executable, so the same numbers to the digit
+(docs/BENCHMARKS.md, "End to end").
+
+Where: `$GENRET_COMPILE_CACHE` when set (a folder; `off`, `0`, `false`, `no` or empty turn the
+cache off), else `$XDG_CACHE_HOME/genret/xla`, else `~/.cache/genret/xla`; a user's own
+JAX_COMPILATION_CACHE_DIR wins over all three. The folder is kept under MAX_BYTES, least recently
+used entries dropped first. Set by environment variables, which JAX reads when it is imported, so
+that commands that never compile (`--help`) do not import it.
+"""
+
+import os
+from pathlib import Path
+
+ENV = "GENRET_COMPILE_CACHE"
+OFF = ("", "0", "off", "false", "no")
+MAX_BYTES = 1 << 30
+
+
+def cache_dir(environ=os.environ) -> Path | None:
+    """The cache folder that `environ` asks for; None when the cache is off."""
+    if ENV in environ:
+        value = environ[ENV].strip()
+        return None if value.lower() in OFF else Path(value).expanduser()
+    base = environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(base) / "genret" / "xla"
+
+
+def enable(environ=os.environ) -> Path | None:
+    """Turns the cache on for this process and its children (call before JAX is imported);
+    returns its folder, or None when it is off, or its folder cannot be made or written (the
+    command then compiles as it would without)."""
+    if "JAX_COMPILATION_CACHE_DIR" in environ:
+        return Path(environ["JAX_COMPILATION_CACHE_DIR"])
+    path = cache_dir(environ)
+    if path is None:
+        return None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    if not os.access(path, os.W_OK | os.X_OK):
+        return None
+    environ["JAX_COMPILATION_CACHE_DIR"] = str(path)
+    environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(MAX_BYTES))
+    return path
