@@ -11,6 +11,10 @@ cache off), else `$XDG_CACHE_HOME/genret/xla`, else `~/.cache/genret/xla`; a use
 JAX_COMPILATION_CACHE_DIR wins over all three. The folder is kept under MAX_BYTES, least recently
 used entries dropped first. Set by environment variables, which JAX reads when it is imported, so
 that commands that never compile (`--help`) do not import it.
+
+JAX writes an entry in place: a command killed in the milliseconds of a write can leave one cut
+short, which later commands skip with a warning ("Error reading persistent compilation cache
+entry") and compile instead; removing the folder ends the warnings.
 """
 
 import os

@@ -1,20 +1,36 @@
 """Shared fixtures: strict numpy rank promotion, the real-data folder (skipped when absent)."""
 
+import atexit
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-import jax
-import pytest
+# One persistent compilation cache for the run (experiments/xla_cache.py), made empty by the first
+# process of the run that loads this file, shared with the processes it starts (pytest-xdist's
+# workers, `genret` subprocesses) and removed when it exits: a program that several tests compile
+# alike (the same tiny retriever's train step in a run and in its resumed run) compiles once.
+# Nothing is read from or left in the user's own cache. Set before JAX is imported, which reads it.
+# GENRET_TEST_XLA_CACHE=off runs the suite without any cache.
+if "GENRET_TEST_XLA_CACHE" not in os.environ:
+    os.environ["GENRET_TEST_XLA_CACHE"] = tempfile.mkdtemp(prefix="genret-test-xla-")
+    atexit.register(shutil.rmtree, os.environ["GENRET_TEST_XLA_CACHE"], ignore_errors=True)
+if os.environ["GENRET_TEST_XLA_CACHE"] == "off":
+    os.environ["GENRET_COMPILE_CACHE"] = "off"
+    os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+else:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["GENRET_TEST_XLA_CACHE"]
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # tests' programs are small
+    os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(4 << 30)  # a bound: locked reads, writes
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
-
-# `genret` subprocesses compile afresh, as the suite's own process does: nothing read from or
-# left in the user's compilation cache (experiments/xla_cache.py; its tests turn it on in a folder).
-os.environ["GENRET_COMPILE_CACHE"] = "off"
 
 # A suite started in the background by a non-interactive shell inherits SIGINT ignored, so Python
 # installs no Ctrl-C handler and the Ctrl-C tests see nothing; give them the interactive default.
