@@ -28,9 +28,14 @@ def test_enable_sets_jax_variables_and_keeps_the_users_own(tmp_path):
     assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "c")
     assert int(env["JAX_COMPILATION_CACHE_MAX_SIZE"]) == xla_cache.MAX_BYTES
 
-    own = {"GENRET_COMPILE_CACHE": str(tmp_path / "c"), "JAX_COMPILATION_CACHE_DIR": "/mine"}
-    assert xla_cache.enable(own) == Path("/mine")
-    assert own["JAX_COMPILATION_CACHE_DIR"] == "/mine" and not (tmp_path / "mine").exists()
+    mine = str(tmp_path / "mine")
+    own = {"GENRET_COMPILE_CACHE": str(tmp_path / "unused"), "JAX_COMPILATION_CACHE_DIR": mine}
+    assert xla_cache.enable(own) == Path(mine)
+    assert own == {
+        "GENRET_COMPILE_CACHE": str(tmp_path / "unused"),
+        "JAX_COMPILATION_CACHE_DIR": mine,
+    }
+    assert not (tmp_path / "unused").exists()
 
     off = {"GENRET_COMPILE_CACHE": "off"}
     assert xla_cache.enable(off) is None and "JAX_COMPILATION_CACHE_DIR" not in off
