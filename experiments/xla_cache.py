@@ -34,10 +34,16 @@ def cache_dir(environ=os.environ) -> Path | None:
     return Path(base) / "genret" / "xla"
 
 
-def enable(environ=os.environ) -> Path | None:
+def enable(
+    environ=os.environ, *, max_bytes: int = MAX_BYTES, min_compile_seconds: float | None = None
+) -> Path | None:
     """Turns the cache on for this process and its children (call before JAX is imported);
     returns its folder, or None when it is off, or its folder cannot be made or written (the
-    command then compiles as it would without)."""
+    command then compiles as it would without).
+
+    `max_bytes` bounds the folder unless JAX_COMPILATION_CACHE_MAX_SIZE is set already;
+    `min_compile_seconds`, when given, replaces JAX's own threshold (1 s) below which a program
+    is not written (the tests' programs compile in milliseconds)."""
     if "JAX_COMPILATION_CACHE_DIR" in environ:
         return Path(environ["JAX_COMPILATION_CACHE_DIR"])
     path = cache_dir(environ)
@@ -50,5 +56,7 @@ def enable(environ=os.environ) -> Path | None:
     if not os.access(path, os.W_OK | os.X_OK):
         return None
     environ["JAX_COMPILATION_CACHE_DIR"] = str(path)
-    environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(MAX_BYTES))
+    environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(max_bytes))
+    if min_compile_seconds is not None:
+        environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(min_compile_seconds)
     return path

@@ -10,6 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from experiments import xla_cache  # imports no JAX
+
 # One persistent compilation cache for the run (experiments/xla_cache.py), made empty by the first
 # process of the run that loads this file, shared with the processes it starts (pytest-xdist's
 # workers, `genret` subprocesses) and removed when it exits: a program that several tests compile
@@ -19,13 +21,11 @@ from pathlib import Path
 if "GENRET_TEST_XLA_CACHE" not in os.environ:
     os.environ["GENRET_TEST_XLA_CACHE"] = tempfile.mkdtemp(prefix="genret-test-xla-")
     atexit.register(shutil.rmtree, os.environ["GENRET_TEST_XLA_CACHE"], ignore_errors=True)
-if os.environ["GENRET_TEST_XLA_CACHE"] == "off":
-    os.environ["GENRET_COMPILE_CACHE"] = "off"
-    os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
-else:
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["GENRET_TEST_XLA_CACHE"]
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # tests' programs are small
-    os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(4 << 30)  # a bound: locked reads, writes
+os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)  # never the user's own cache
+os.environ[xla_cache.ENV] = os.environ["GENRET_TEST_XLA_CACHE"]  # "off": no cache
+# Every program is kept (tests' programs compile in milliseconds); the bound only makes JAX lock
+# its reads and writes, so the suite's cache is never trimmed in practice.
+xla_cache.enable(max_bytes=4 << 30, min_compile_seconds=0)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

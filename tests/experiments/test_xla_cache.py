@@ -41,6 +41,18 @@ def test_enable_sets_jax_variables_and_keeps_the_users_own(tmp_path):
     assert xla_cache.enable(off) is None and "JAX_COMPILATION_CACHE_DIR" not in off
 
 
+def test_enable_takes_the_bound_and_threshold_it_is_given(tmp_path):
+    env = {"GENRET_COMPILE_CACHE": str(tmp_path)}
+    assert xla_cache.enable(env, max_bytes=4 << 30, min_compile_seconds=0) == tmp_path
+    assert env["JAX_COMPILATION_CACHE_MAX_SIZE"] == str(4 << 30)
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    # A bound the user set already is kept; JAX's own threshold stays unless one is given.
+    own = {"GENRET_COMPILE_CACHE": str(tmp_path), "JAX_COMPILATION_CACHE_MAX_SIZE": "123"}
+    xla_cache.enable(own, max_bytes=4 << 30)
+    assert own["JAX_COMPILATION_CACHE_MAX_SIZE"] == "123"
+    assert "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in own
+
+
 def test_a_folder_that_cannot_be_made_turns_the_cache_off(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     env = {"GENRET_COMPILE_CACHE": str(tmp_path / "file" / "xla")}
@@ -50,8 +62,10 @@ def test_a_folder_that_cannot_be_made_turns_the_cache_off(tmp_path):
 
 def test_console_turns_it_on_before_running_the_command(tmp_path, monkeypatch):
     monkeypatch.setenv("GENRET_COMPILE_CACHE", str(tmp_path))
-    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-    monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
+    for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_CACHE_MAX_SIZE"):
+        # set, then removed: monkeypatch restores either way what console() will set
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     seen = {}
 
     def command() -> int:  # stands in for the command: what JAX would read when imported
@@ -97,3 +111,19 @@ def test_a_second_process_reads_the_program_back(tmp_path):
     assert any(p.name.endswith("-cache") for p in (tmp_path / "xla").iterdir())
     assert "cache hit" not in runs[0].stderr
     assert "cache hit" in runs[1].stderr
+
+
+def test_the_suite_runs_on_its_own_cache():
+    # tests/conftest.py: one folder per run (or none with GENRET_TEST_XLA_CACHE=off), never the
+    # user's, with every program kept.
+    import jax
+
+    run = os.environ["GENRET_TEST_XLA_CACHE"]
+    if run == "off":
+        assert "JAX_COMPILATION_CACHE_DIR" not in os.environ
+        assert not jax.config.jax_compilation_cache_dir
+        return
+    assert os.environ["JAX_COMPILATION_CACHE_DIR"] == run
+    assert jax.config.jax_compilation_cache_dir == run
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
+    assert Path(run).is_dir() and xla_cache.cache_dir() == Path(run)
