@@ -148,10 +148,12 @@ def console() -> None:
     XLA may still be compiling in a thread when Ctrl-C lands; a normal interpreter shutdown then
     destroys JAX's client under it and segfaults. Checkpoints are complete by now (saves hold the
     interrupt until committed), so exiting at once loses nothing. Compiled programs are cached
-    on disk for later commands (experiments.xla_cache; GENRET_COMPILE_CACHE=off turns it off).
+    on disk for later commands (experiments.xla_cache; GENRET_COMPILE_CACHE=off turns it off),
+    and the heap asks for huge pages (experiments.hugepages; GENRET_HUGEPAGES=off turns it off).
     """
-    from experiments import xla_cache
+    from experiments import hugepages, xla_cache
 
+    hugepages.restart_with_hugepages()
     xla_cache.enable()
     code = main()
     if code == 130:

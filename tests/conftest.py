@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from experiments import xla_cache  # imports no JAX
+from experiments import hugepages, xla_cache  # import no JAX
 
 # One persistent compilation cache for the run (experiments/xla_cache.py), made empty by the first
 # process of the run that loads this file, shared with the processes it starts (pytest-xdist's
@@ -26,6 +26,10 @@ os.environ[xla_cache.ENV] = os.environ["GENRET_TEST_XLA_CACHE"]  # "off": no cac
 # Every program is kept (tests' programs compile in milliseconds); the bound only makes JAX lock
 # its reads and writes, so the suite's cache is never trimmed in practice.
 xla_cache.enable(max_bytes=4 << 30, min_compile_seconds=0)
+# The workers and `genret` processes get huge pages for their heaps, as `genret` does
+# (experiments/hugepages.py); GENRET_HUGEPAGES=off runs the suite without.
+if hugepages.wanted():
+    os.environ["GLIBC_TUNABLES"] = hugepages.tunables()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
