@@ -4,7 +4,7 @@ XLA's CPU runtime allocates and frees large buffers through malloc at every step
 memory back to the kernel and the next step faults it in again, one 4 KiB page at a time (the
 synthetic default: 36 million page faults and 12% of its CPU seconds in the kernel; numpy asks for
 huge pages for its own large arrays already). With `glibc.malloc.hugetlb=1` malloc asks for
-transparent huge pages too, so one fault maps 2 MiB: 0.9 million faults and 5% in the kernel, 9%
+transparent huge pages too, so one fault maps 2 MiB: 0.9 million faults and 6% in the kernel, 3-9%
 fewer CPU seconds in all (docs/BENCHMARKS.md, "End to end"). Where memory lies changes, not what
 is computed: every number of the synthetic pipeline and of a Beauty retriever's first 60 steps
 stayed the same to the last digit.
