@@ -1,8 +1,9 @@
 """JAX's persistent compilation cache for the `genret` command.
 
 XLA compiles each jitted program once per process; a retriever's train step compiles once per
-length bucket (about 5 s each on the 2-core CPU), and a pipeline's second cold-start retriever
-compiles the same programs as its first. With the cache on, a program compiled once is read back
+length bucket (about 5 s each on the 2-core CPU), and its seed and schedule length are arguments
+of the program (seqmodel.train.step_function), so an ensemble's later seeds and a pipeline's
+later retrievers compile nothing for the buckets they share with an earlier one. With the cache on, a program compiled once is read back
 from disk by every later stage and run: the same executable, so the same numbers to the digit
 (docs/BENCHMARKS.md, "End to end").
 
@@ -25,11 +26,18 @@ OFF = ("", "0", "off", "false", "no")
 MAX_BYTES = 1 << 30
 
 
+def switched_off(environ, name: str) -> bool:
+    """Whether the variable `name` is set to one of OFF (an empty value included): how every
+    `genret` switch (GENRET_COMPILE_CACHE, GENRET_HUGEPAGES) reads an off."""
+    return name in environ and environ[name].strip().lower() in OFF
+
+
 def cache_dir(environ=os.environ) -> Path | None:
     """The cache folder that `environ` asks for; None when the cache is off."""
+    if switched_off(environ, ENV):
+        return None
     if ENV in environ:
-        value = environ[ENV].strip()
-        return None if value.lower() in OFF else Path(value).expanduser()
+        return Path(environ[ENV].strip()).expanduser()
     base = environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
     return Path(base) / "genret" / "xla"
 

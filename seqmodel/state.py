@@ -27,16 +27,68 @@ class TrainState:
     opt_state: Any  # optax.OptState
 
 
-def make_optimizer(cfg: SeqModelConfig, total_steps: int) -> optax.GradientTransformation:
-    """AdamW with linear warmup then cosine decay to 10%, after global-norm clipping."""
+def warmup_cosine(cfg: SeqModelConfig, total_steps: int) -> optax.Schedule:
+    """Linear warmup over `cfg.warmup_steps` (fewer in a run shorter than that), then cosine decay
+    to 10% of the peak at `total_steps`."""
     warmup = min(cfg.warmup_steps, max(total_steps - 1, 0))
-    schedule = optax.warmup_cosine_decay_schedule(
+    return optax.warmup_cosine_decay_schedule(
         0.0, cfg.learning_rate, warmup, max(total_steps, warmup + 1), cfg.learning_rate * 0.1
     )
-    return optax.chain(
-        optax.clip_by_global_norm(cfg.grad_clip),
-        optax.adamw(schedule, weight_decay=cfg.weight_decay),
+
+
+def traced_warmup_cosine(cfg: SeqModelConfig, count: jax.Array, total_steps: jax.Array):
+    """`warmup_cosine(cfg, total_steps)(count)` for a `total_steps` known only when the program
+    runs (an int32 scalar), so that one compiled train step serves every schedule length.
+
+    Written as XLA compiles optax's schedule for a scalar step, constants folded: a division by
+    a constant becomes a product with its float32 reciprocal, and pi joins that product, so a
+    train step computes the same float32 learning rates either way, to the last bit
+    (tests/seqmodel/test_state.py checks every step of several lengths).
+    """
+    peak = cfg.learning_rate
+    total = jnp.asarray(total_steps, jnp.int32)
+    warmup = jnp.minimum(cfg.warmup_steps, jnp.maximum(total - 1, 0))
+    # optax.linear_schedule(0, peak, warmup); a zero-step warmup holds 0.
+    ramp = jnp.clip(count, 0, warmup)
+    frac = 1 - ramp.astype(jnp.float32) * (1.0 / warmup.astype(jnp.float32))
+    warm_lr = jnp.where(warmup > 0, (0.0 - peak) * frac + peak, 0.0)
+    # optax.cosine_decay_schedule(peak, decay, alpha=0.1) at count - warmup.
+    decay = (jnp.maximum(total, warmup + 1) - warmup).astype(jnp.float32)
+    t = jnp.minimum(count - warmup, decay)
+    cosine = 0.5 * (1 + jnp.cos(t * (jnp.float32(jnp.pi) * (1.0 / decay))))
+    alpha = (peak * 0.1) / peak
+    decayed_lr = peak * ((1 - alpha) * cosine**1.0 + alpha)
+    return jnp.where(count < warmup, warm_lr, decayed_lr)
+
+
+def scale_by_warmup_cosine(
+    cfg: SeqModelConfig, total_steps: int
+) -> optax.GradientTransformationExtraArgs:
+    """optax.scale_by_learning_rate(warmup_cosine(cfg, total_steps)), whose update also takes
+    `total_steps=` (an int32 scalar) to run a schedule of that length instead: the length then is
+    an argument of the compiled step, not a constant of it."""
+    fixed = optax.scale_by_learning_rate(warmup_cosine(cfg, total_steps))
+
+    def update(updates, state, params=None, *, total_steps=None, **extra_args):
+        if total_steps is None:
+            return fixed.update(updates, state, params)
+        lr = -1 * traced_warmup_cosine(cfg, state.count, total_steps)
+        updates = jax.tree.map(lambda g: jnp.array(lr, dtype=g.dtype) * g, updates)
+        return updates, optax.ScaleByScheduleState(count=optax.safe_increment(state.count))
+
+    return optax.GradientTransformationExtraArgs(fixed.init, update)
+
+
+def make_optimizer(cfg: SeqModelConfig, total_steps: int) -> optax.GradientTransformationExtraArgs:
+    """AdamW with linear warmup then cosine decay to 10%, after global-norm clipping: the state and
+    updates of optax.chain(clip_by_global_norm, adamw(warmup_cosine)), with the schedule's length
+    optionally given to `update` as `total_steps=` (scale_by_warmup_cosine)."""
+    adamw = optax.chain(
+        optax.scale_by_adam(),
+        optax.add_decayed_weights(cfg.weight_decay),
+        scale_by_warmup_cosine(cfg, total_steps),
     )
+    return optax.chain(optax.clip_by_global_norm(cfg.grad_clip), adamw)
 
 
 class ParamsEMA(NamedTuple):

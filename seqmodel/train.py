@@ -159,15 +159,21 @@ def teacher_mix(
 def train_step(
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,
-    seed: int,
+    seed: int | jax.Array,
     state: TrainState,
     batch: dict,
+    total_steps: jax.Array | None = None,
 ) -> tuple[TrainState, dict]:
-    """One AdamW step; dropout keys derive from (seed, step) so a resumed run replays exactly."""
+    """One AdamW step; dropout keys derive from (seed, step) so a resumed run replays exactly.
+
+    `total_steps`, when given, is the schedule's length for `tx` from seqmodel.state's
+    make_optimizer: passed with the seed as arguments (`step_arguments`), they leave one compiled
+    program for every run of the same shapes, whatever its seed and length."""
     key = jax.random.fold_in(jax.random.key(seed), state.step)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     (loss, aux), grads = grad_fn(state.params, graphdef, batch, key)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    extra = {} if total_steps is None else {"total_steps": total_steps}
+    updates, opt_state = tx.update(grads, state.opt_state, state.params, **extra)
     params = optax.apply_updates(state.params, updates)
     metrics = {
         "loss": loss,
@@ -176,6 +182,34 @@ def train_step(
         **aux,
     }
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def step_arguments(seed: int, total_steps: int) -> dict | None:
+    """`train_step`'s seed and schedule length as int32 scalars, or None for a seed outside int32
+    (a Python int key of that size has another layout, so it stays a constant of the program)."""
+    if not 0 <= seed < 2**31:
+        return None
+    return {"seed": jnp.int32(seed), "total_steps": jnp.int32(total_steps)}
+
+
+def step_function(
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    seed: int,
+    total_steps: int,
+    mesh: Mesh,
+) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+    """`(state, batch) -> (state, metrics)`, jitted with the state donated. Seed and schedule
+    length are arguments of the program, not constants: retrievers that differ only in them
+    (ensemble seeds; a pipeline's cold-start and leave-one-out runs) share its compilation,
+    through JAX's persistent cache across processes. Same floats either way (the seed is exact
+    integer arithmetic; seqmodel.state.traced_warmup_cosine for the length)."""
+    args = step_arguments(seed, total_steps)
+    if args is None:
+        return jax.jit(functools.partial(train_step, graphdef, tx, seed), donate_argnames="state")
+    args = jax.device_put(args, sharding.replicated(mesh))
+    fn = jax.jit(functools.partial(train_step, graphdef, tx), donate_argnames="state")
+    return lambda state, batch: fn(args["seed"], state, batch, args["total_steps"])
 
 
 def training_source(cfg: SeqModelConfig, h: Histories) -> HistorySource | WindowSource:
@@ -466,9 +500,7 @@ def train_and_evaluate(
     )
     metrics_path = workdir / METRICS_FILE
 
-    step_fn = jax.jit(
-        functools.partial(train_step, graphdef, tx, cfg.seed), donate_argnames="state"
-    )
+    step_fn = step_function(graphdef, tx, cfg.seed, total, mesh)
     # The index is replicated on every device (STATIC appendix A.3), passed as an argument.
     constraint = jax.device_put(
         StaticConstraint(StaticIndex.build(data.sids[data.allowed], vocab_size=V)),
