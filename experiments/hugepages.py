@@ -12,7 +12,8 @@ stayed the same to the last digit.
 glibc reads its tunables only when a process starts, so `genret` starts itself once more with
 GLIBC_TUNABLES extended (the same process id, arguments and streams). It does so only where it
 helps: Linux with glibc 2.35 or later, the kernel's transparent huge pages not `never`, and the
-tunable not set already. GENRET_HUGEPAGES=off turns it off.
+tunable not set already. GENRET_HUGEPAGES=off (or 0, false, no, empty) turns it off, read as
+GENRET_COMPILE_CACHE is.
 """
 
 import os
@@ -20,8 +21,9 @@ import platform
 import sys
 from pathlib import Path
 
+from experiments.xla_cache import switched_off
+
 ENV = "GENRET_HUGEPAGES"
-OFF = ("0", "off", "false", "no")
 TUNABLE = "glibc.malloc.hugetlb"
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
@@ -50,7 +52,7 @@ def glibc_supports_it() -> bool:
 
 def wanted(environ=os.environ, *, mode: str | None = None, glibc: bool | None = None) -> bool:
     """Whether a restart with the tunable would help this process (`mode`, `glibc`: for tests)."""
-    if environ.get(ENV, "").strip().lower() in OFF:
+    if switched_off(environ, ENV):
         return False
     if TUNABLE in environ.get("GLIBC_TUNABLES", ""):
         return False  # set already: by the user, or by the restart itself

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from experiments import hugepages
+from experiments.xla_cache import switched_off
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,7 @@ def test_wanted_only_where_it_helps_and_not_twice():
     assert hugepages.wanted({}, mode="always", glibc=True)
     assert not hugepages.wanted({}, mode="never", glibc=True)
     assert not hugepages.wanted({}, mode="madvise", glibc=False)
-    for off in ("off", "OFF", "0", "false", "no"):
+    for off in ("off", "OFF", "0", "false", "no", "", " "):
         assert not hugepages.wanted({"GENRET_HUGEPAGES": off}, **yes), off
     assert hugepages.wanted({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, **yes)
     assert not hugepages.wanted({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}, **yes)
@@ -107,7 +108,7 @@ def test_the_restarted_process_gets_huge_pages(tmp_path):
 def test_the_suite_runs_with_huge_pages_where_genret_would():
     # tests/conftest.py sets the tunable for the processes it starts (xdist workers, `genret`).
     tunables = os.environ.get("GLIBC_TUNABLES", "")
-    if os.environ.get("GENRET_HUGEPAGES", "").lower() in hugepages.OFF:
+    if switched_off(os.environ, hugepages.ENV):
         assert hugepages.TUNABLE not in tunables
     elif sys.platform.startswith("linux") and hugepages.glibc_supports_it():
         assert (hugepages.TUNABLE in tunables) == (hugepages.thp_mode() in ("always", "madvise"))
