@@ -2,10 +2,10 @@
 
 XLA compiles each jitted program once per process; a retriever's train step compiles once per
 length bucket (about 5 s each on the 2-core CPU), and its seed and schedule length are arguments
-of the program (seqmodel.train.step_function), so an ensemble's later seeds and a pipeline's
-later retrievers compile nothing for the buckets they share with an earlier one. With the cache on, a program compiled once is read back
-from disk by every later stage and run: the same executable, so the same numbers to the digit
-(docs/BENCHMARKS.md, "End to end").
+of the program (seqmodel.train.step_function). With the cache on, a program compiled once is read
+back from disk by every later stage and run: the same executable, so the same numbers to the
+digit (docs/BENCHMARKS.md, "End to end"); an ensemble's later seeds and a pipeline's later
+retrievers compile nothing for the length buckets they share with an earlier one.
 
 Where: `$GENRET_COMPILE_CACHE` when set (a folder; `off`, `0`, `false`, `no` or empty turn the
 cache off), else `$XDG_CACHE_HOME/genret/xla`, else `~/.cache/genret/xla`; a user's own
