@@ -72,9 +72,10 @@ def scale_by_warmup_cosine(
     def update(updates, state, params=None, *, total_steps=None, **extra_args):
         if total_steps is None:
             return fixed.update(updates, state, params)
-        lr = -1 * traced_warmup_cosine(cfg, state.count, total_steps)
-        updates = jax.tree.map(lambda g: jnp.array(lr, dtype=g.dtype) * g, updates)
-        return updates, optax.ScaleByScheduleState(count=optax.safe_increment(state.count))
+        traced = optax.scale_by_learning_rate(
+            lambda count: traced_warmup_cosine(cfg, count, total_steps)
+        )
+        return traced.update(updates, state, params)
 
     return optax.GradientTransformationExtraArgs(fixed.init, update)
 
