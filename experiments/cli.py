@@ -84,7 +84,7 @@ def _top_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     """The message of an error, on one line; a bare KeyError or MemoryError says what it is."""
     if isinstance(e, MemoryError):
         return f"out of memory{': ' + str(e) if str(e) else ''}; try smaller sizes"
@@ -128,13 +128,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if new_workdir:
             _remove_if_empty(workdir)
-        print(f"genret {name}: error: {_one_line(e)}", file=sys.stderr)
+        print(f"genret {name}: error: {one_line(e)}", file=sys.stderr)
         return 1
     except Exception as e:  # a bug: still one line, with the way to the traceback
         if args.debug:
             raise
         print(
-            f"genret {name}: internal error: {_one_line(e)} (rerun with --debug for the "
+            f"genret {name}: internal error: {one_line(e)} (rerun with --debug for the "
             "traceback, and please report it)",
             file=sys.stderr,
         )

@@ -111,6 +111,11 @@ class Config:
     eval: EvalConfig = EvalConfig()
     # The SASRec baseline (genret sasrec): the retriever's transformer config over item ids.
     sasrec: SeqModelConfig = SASREC
+    # How many stages `genret pipeline` runs at once, each in a process of its own, where they do
+    # not wait on each other (the retrievers of the cold-start fractions and leave-one-out), on
+    # a CPU and in one process only; 1: one after another in one process. It enters no stage
+    # key: a stage's numbers are the same either way (docs/BENCHMARKS.md, "Stages side by side").
+    jobs: int = 1
 
 
 def paper_dataset(data: DataConfig) -> str | None:
@@ -137,6 +142,8 @@ def validate(cfg: Config) -> Config:
     if cfg.data.dataset == "amazon2014" and not cfg.data.category:
         raise ArgumentError("--category: required with --dataset amazon2014, e.g. Beauty")
     amazon_category(cfg.data)  # a category that contradicts the dataset
+    if cfg.jobs < 1:
+        raise ArgumentError(f"jobs={cfg.jobs}: must be >= 1")
     _at_least(cfg, "rqvae", ("embed_dim", "num_levels", "codebook_size", "latent_dim"), 1)
     _at_least(cfg, "rqvae", ("batch_size", "num_steps", "checkpoint_every", "tfidf_min_df"), 1)
     _at_least(cfg, "rqvae", ("warmup_steps", "restart_every"), 0)

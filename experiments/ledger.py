@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from data import atomic
 from data.errors import GenretError, StageError
@@ -70,28 +71,71 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
+class StageProcess(Protocol):
+    """A stage running in its own process (`run_stages(..., launch=)`)."""
+
+    def poll(self) -> int | None:
+        """Its exit code once it ended, else None."""
+
+    def interrupt(self) -> None:
+        """Asks it to stop as Ctrl-C would (a training stage keeps its last checkpoint)."""
+
+    def wait(self) -> int:
+        """Waits for its end; its exit code."""
+
+    def error(self) -> str:
+        """After a non-zero exit: why, on one line."""
+
+
+def _keys(stages: list[Stage]) -> tuple[dict, dict, dict]:
+    """Each stage's upstream stages, its key and its key under the earlier key parts; a key
+    includes the upstream keys, so an upstream change reruns everything below it."""
+    after, keys, legacy = {}, {}, {}
+    for i, stage in enumerate(stages):
+        up = stage.after if stage.after is not None else ((stages[i - 1].name,) if i else ())
+        old_parts = stage.key_parts if stage.legacy_key_parts is None else stage.legacy_key_parts
+        after[stage.name] = up
+        keys[stage.name] = fingerprint([keys[a] for a in up], stage.name, stage.key_parts)
+        legacy[stage.name] = fingerprint([legacy[a] for a in up], stage.name, old_parts)
+    return after, keys, legacy
+
+
+def _finished(stage: Stage, ledger: Ledger, key: str, seconds: float, on_done, log) -> None:
+    missing = [str(p) for p in stage.outputs if not p.exists()]
+    if missing:
+        raise StageError(f"stage {stage.name} finished without writing {missing}")
+    ledger.record(stage, key, seconds)
+    if on_done is not None:
+        on_done(stage)
+    log(f"[{stage.name}] done in {seconds:.1f} s")
+
+
 def run_stages(
     stages: list[Stage],
     ledger_path: Path,
     log: Callable[[str], None] = print,
     on_done: Callable[[Stage], None] | None = None,
+    *,
+    jobs: int = 1,
+    launch: Callable[[Stage], StageProcess] | None = None,
 ) -> dict:
-    """Runs stages in order; a key includes its upstream keys, so upstream changes rerun it.
+    """Runs the stages that are out of date; returns each stage's seconds (0 when skipped).
 
-    A stage's failure is raised as a StageError naming the stage (its cause chained);
-    `on_done(stage)` runs after each stage that ran and finished.
+    In list order, one at a time, in this process; or, with `launch` and `jobs` > 1, up to
+    `jobs` at once, each in the process `launch(stage)` starts, a stage starting once every
+    stage it comes after has finished (the first ready in list order first). The ledger is
+    written by this process alone, one entry as each stage finishes. A stage's failure is
+    raised as a StageError naming the stage (its cause chained); a stage running beside it is
+    interrupted first. `on_done(stage)` runs after each stage that ran and finished.
     """
     ledger = Ledger(ledger_path)
-    keys: dict[str, str] = {}
-    legacy: dict[str, str] = {}  # the keys an earlier release gave (Stage.legacy_key_parts)
+    after, keys, legacy = _keys(stages)
+    if launch is not None and jobs > 1:
+        return _run_at_once(stages, ledger, after, keys, legacy, log, on_done, jobs, launch)
     timings = {}
-    for i, stage in enumerate(stages):
-        after = stage.after if stage.after is not None else ((stages[i - 1].name,) if i else ())
-        key = fingerprint([keys[a] for a in after], stage.name, stage.key_parts)
-        old_parts = stage.key_parts if stage.legacy_key_parts is None else stage.legacy_key_parts
-        old = fingerprint([legacy[a] for a in after], stage.name, old_parts)
-        keys[stage.name], legacy[stage.name] = key, old
-        if ledger.up_to_date(stage, key, log, legacy=old):
+    for stage in stages:
+        key = keys[stage.name]
+        if ledger.up_to_date(stage, key, log, legacy=legacy[stage.name]):
             log(f"[{stage.name}] up to date, skipped")
             timings[stage.name] = 0.0
             continue
@@ -103,13 +147,56 @@ def run_stages(
             raise StageError(f"stage {stage.name}: {e}") from e
         except (ValueError, OSError, MemoryError) as e:
             raise StageError(f"stage {stage.name}: {_one_line(e)}") from e
-        missing = [str(p) for p in stage.outputs if not p.exists()]
-        if missing:
-            raise StageError(f"stage {stage.name} finished without writing {missing}")
         seconds = time.perf_counter() - start
-        ledger.record(stage, key, seconds)
-        if on_done is not None:
-            on_done(stage)
+        _finished(stage, ledger, key, seconds, on_done, log)
         timings[stage.name] = seconds
-        log(f"[{stage.name}] done in {seconds:.1f} s")
     return timings
+
+
+def _run_at_once(stages, ledger, after, keys, legacy, log, on_done, jobs, launch) -> dict:
+    timings: dict[str, float] = {}
+    waiting = list(stages)
+    running: dict[str, tuple[Stage, StageProcess, float]] = {}
+    try:
+        while waiting or running:
+            # Start what is ready, the first in list order first; a skip may ready the next.
+            while len(running) < jobs:
+                ready = [s for s in waiting if all(a in timings for a in after[s.name])]
+                if not ready:
+                    break
+                stage = ready[0]
+                waiting.remove(stage)
+                if ledger.up_to_date(stage, keys[stage.name], log, legacy=legacy[stage.name]):
+                    log(f"[{stage.name}] up to date, skipped")
+                    timings[stage.name] = 0.0
+                    continue
+                log(f"[{stage.name}] running (in its own process)")
+                running[stage.name] = (stage, launch(stage), time.perf_counter())
+            if not running:
+                if waiting:  # nothing can start: an `after` names no stage before it
+                    raise StageError(f"stage {waiting[0].name}: waits on a stage that never runs")
+                break
+            ended = _first_to_end(running)
+            stage, process, start = running.pop(ended)
+            code = process.poll()
+            if code != 0:
+                raise StageError(f"stage {stage.name}: {process.error()}")
+            seconds = time.perf_counter() - start
+            _finished(stage, ledger, keys[stage.name], seconds, on_done, log)
+            timings[stage.name] = seconds
+    finally:  # a failure or Ctrl-C here: the stages still running stop as Ctrl-C stops them
+        for _, process, _ in running.values():
+            if process.poll() is None:
+                process.interrupt()
+        for _, process, _ in running.values():
+            process.wait()
+    return timings
+
+
+def _first_to_end(running: dict, interval: float = 0.05) -> str:
+    """The name of a running stage whose process has ended (waits for one)."""
+    while True:
+        for name, (_, process, _) in running.items():
+            if process.poll() is not None:
+                return name
+        time.sleep(interval)

@@ -2,12 +2,19 @@
 each skipped while its key matches and its outputs still load (the ledger)."""
 
 import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from data.fingerprint import file_digest
 from data.prepared import stored_key
+from experiments import config as config_lib
 from experiments import ledger, stages
 from experiments.artifacts import load_json_result, load_retriever
 from experiments.config import Config, warm_run_config
@@ -153,6 +160,67 @@ def _warm_run_stages(cfg: Config, layout: RunLayout, *, progress: bool) -> list[
     return [*nested, copy]
 
 
+class _StageProcess:
+    """A stage run by `python -m experiments.stage_worker` (ledger.StageProcess)."""
+
+    def __init__(self, cfg: Config, layout: RunLayout, stage: ledger.Stage):
+        fd, name = tempfile.mkstemp(prefix="genret-stage-", suffix=".txt")
+        os.close(fd)
+        self._error = Path(name)
+        command = [sys.executable, "-m", "experiments.stage_worker", str(layout.root), stage.name]
+        self._process = subprocess.Popen(
+            [*command, "--error-file", str(self._error)], stdin=subprocess.PIPE, text=True
+        )
+        try:
+            self._process.stdin.write(json.dumps(config_lib.to_dict(cfg)))
+            self._process.stdin.close()
+        except BrokenPipeError:  # it ended before reading: its exit code says why
+            pass
+
+    def poll(self) -> int | None:
+        return self._process.poll()
+
+    def interrupt(self, grace: float = 2.0) -> None:
+        # A Ctrl-C at the terminal reaches it too (the same process group): one interrupt only.
+        try:
+            self._process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self._process.send_signal(signal.SIGINT)
+
+    def wait(self, timeout: float = 300.0) -> int:
+        try:
+            return self._process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            return self._process.wait()
+
+    def error(self) -> str:
+        code = self._process.poll()
+        text = self._error.read_text().strip() if self._error.exists() else ""
+        self._error.unlink(missing_ok=True)
+        if text:
+            return text
+        if code is not None and code < 0:
+            return f"its process ended by signal {-code} (out of memory?)"
+        return f"its process ended with exit code {code}"
+
+    def __del__(self):
+        self._error.unlink(missing_ok=True)
+
+
+def effective_jobs(cfg: Config, log: Callable[[str], None] = print) -> int:
+    """cfg.jobs where stages can run side by side: on a CPU and in one process (on an
+    accelerator two processes would hold one device's memory twice); else 1, said once."""
+    if cfg.jobs == 1:
+        return 1
+    import jax
+
+    if jax.process_count() > 1 or jax.default_backend() != "cpu":
+        log(f"[pipeline] jobs={cfg.jobs}: one stage at a time on {jax.default_backend()}")
+        return 1
+    return cfg.jobs
+
+
 def run_pipeline(
     cfg: Config, layout: RunLayout, *, progress: bool = True, log: Callable[[str], None] = print
 ) -> Path:
@@ -171,6 +239,8 @@ def run_pipeline(
         layout.ledger,
         log=log,
         on_done=lambda _: stages.save_config(cfg, layout),
+        jobs=effective_jobs(cfg, log),
+        launch=lambda stage: _StageProcess(cfg, layout, stage),
     )
     stages.write_report(cfg, layout)
     log(f"[pipeline] done in {time.perf_counter() - start:.1f} s; report: {layout.report}")

@@ -27,4 +27,6 @@ def get_config() -> Config:
     )
     # A seeded sample of 3,000 leave-one-out test users keeps the evaluation short.
     evaluation = dataclasses.replace(cfg.eval, max_test_users=3000)
-    return dataclasses.replace(cfg, rqvae=rqvae, seqmodel=seqmodel, eval=evaluation)
+    # Two stages at once (each retriever with its evaluation beside another): one retriever of
+    # this size keeps the 2-core CPU about 70% busy (docs/BENCHMARKS.md, "Stages side by side").
+    return dataclasses.replace(cfg, rqvae=rqvae, seqmodel=seqmodel, eval=evaluation, jobs=2)

@@ -163,3 +163,106 @@ def test_a_ledger_under_the_legacy_key_stays_up_to_date_and_is_rewritten(tmp_pat
     assert calls == ["a", "b"]
     stages.run_stages(make(("content-2",), legacy=("bytes-1",)), ledger_path, log=lambda s: None)
     assert calls == ["a", "b", "a", "b"]
+
+
+class _Script:
+    """A stage's process for `run_stages(launch=)`: `python -c SCRIPT` in tmp_path."""
+
+    def __init__(self, tmp_path, script: str, error: str = ""):
+        import subprocess
+        import sys
+
+        self._error = error
+        self._process = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path)
+
+    def poll(self):
+        return self._process.poll()
+
+    def interrupt(self):
+        import signal
+
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGINT)
+
+    def wait(self):
+        return self._process.wait(timeout=60)
+
+    def error(self):
+        return self._error
+
+
+def _waits_for(other: str, name: str) -> str:
+    """Marks itself started, waits (at most 30 s) until `other` has started, writes its output:
+    it finishes only when the two run at the same time."""
+    return (
+        "import pathlib, sys, time\n"
+        f"pathlib.Path('{name}.started').touch()\n"
+        "end = time.time() + 30\n"
+        f"while not pathlib.Path('{other}.started').exists():\n"
+        "    if time.time() > end: sys.exit(3)\n"
+        "    time.sleep(0.01)\n"
+        f"pathlib.Path('{name}').write_text('{name}')\n"
+    )
+
+
+def test_stages_that_wait_on_nothing_run_side_by_side_and_the_rest_in_order(tmp_path):
+    """x and y each finish only while the other runs; z comes after both and sees their outputs;
+    a second run starts no process."""
+    logs, launched = [], []
+
+    def launch(stage):
+        launched.append(stage.name)
+        if stage.name == "z":
+            return _Script(
+                tmp_path,
+                "import pathlib; a = pathlib.Path('x').read_text()\n"
+                "pathlib.Path('z').write_text(a + pathlib.Path('y').read_text())",
+            )
+        return _Script(tmp_path, _waits_for("y" if stage.name == "x" else "x", stage.name))
+
+    def make():
+        def stage(name, after):
+            return stages.Stage(name, (), (tmp_path / name,), lambda: None, after=after)
+
+        return [stage("x", ()), stage("y", ()), stage("z", ("x", "y"))]
+
+    path = tmp_path / "stages.json"
+    timings = stages.run_stages(make(), path, log=logs.append, jobs=2, launch=launch)
+    assert (tmp_path / "z").read_text() == "xy"
+    assert launched == ["x", "y", "z"] and set(timings) == {"x", "y", "z"}
+    assert set(stages.Ledger(path).entries) == {"x", "y", "z"}
+    assert logs[:2] == ["[x] running (in its own process)", "[y] running (in its own process)"]
+    stages.run_stages(make(), path, log=logs.append, jobs=2, launch=launch)
+    assert launched == ["x", "y", "z"]
+    # One at a time (jobs=1) the same stages run in this process: run(), not launch().
+    assert stages.run_stages(make(), tmp_path / "other.json", jobs=1, launch=launch) is not None
+    assert launched == ["x", "y", "z"]
+
+
+def test_a_failing_stage_interrupts_the_one_beside_it_and_records_neither(tmp_path):
+    def launch(stage):
+        if stage.name == "bad":
+            return _Script(tmp_path, "import sys; sys.exit(1)", error="bad line 3 of items.json")
+        # Runs until interrupted (SIGINT: KeyboardInterrupt, exit code 1).
+        return _Script(tmp_path, "import time\nwhile True: time.sleep(0.01)")
+
+    made = [
+        stages.Stage("long", (), (tmp_path / "long",), lambda: None, after=()),
+        stages.Stage("bad", (), (tmp_path / "bad",), lambda: None, after=()),
+        stages.Stage("next", (), (tmp_path / "next",), lambda: None, after=("bad",)),
+    ]
+    with pytest.raises(StageError, match=r"^stage bad: bad line 3 of items.json$"):
+        stages.run_stages(made, tmp_path / "stages.json", log=lambda s: None, jobs=2, launch=launch)
+    assert not (tmp_path / "stages.json").exists()
+
+
+def test_a_stage_that_ends_well_without_its_output_is_an_error(tmp_path):
+    made = [stages.Stage("a", (), (tmp_path / "a",), lambda: None)]
+    with pytest.raises(StageError, match="finished without writing"):
+        stages.run_stages(
+            made,
+            tmp_path / "stages.json",
+            log=lambda s: None,
+            jobs=2,
+            launch=lambda stage: _Script(tmp_path, "pass"),
+        )

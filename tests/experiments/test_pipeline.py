@@ -155,6 +155,67 @@ def test_pipeline_runs_leave_one_out_as_another_preset(tmp_path, capsys):
     assert _quality(again) == _quality(warm)
 
 
+@pytest.mark.slow
+def test_stages_side_by_side_give_the_numbers_of_one_process(tmp_path, capsys):
+    """--jobs 2: the cold-start and the leave-one-out parts (their tokenizers, retrievers and
+    evaluations) run two at a time in processes of their own, with every number of a run made
+    one stage at a time in this process."""
+    from data.fingerprint import file_digest
+
+    argv = ["pipeline", "--dataset", "synthetic", "--config", "tiny", "--no-progress"]
+    argv += ["--set", "eval.cold_start_fractions=0.05", "--set", "seqmodel.num_epochs=1"]
+    argv += ["--set", "eval.warm_preset=tiny"]
+    apart, one = tmp_path / "apart", tmp_path / "one"
+    assert cli.main([*argv, "--workdir", str(apart), "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(in its own process)") == 7, out
+    assert config.load_json(apart / "config.json").jobs == 2
+    assert cli.main([*argv, "--workdir", str(one)]) == 0
+    assert "(in its own process)" not in capsys.readouterr().out
+    assert set(json.loads((apart / "stages.json").read_text())) == set(
+        json.loads((one / "stages.json").read_text())
+    )
+    for sub in ("tokenizer/sids.npy", "loo/tokenizer/sids.npy"):
+        assert file_digest(apart / sub) == file_digest(one / sub), sub
+    for sub in ("retriever_cold_0.05", "loo/retriever_loo"):
+        rows = [
+            [
+                {
+                    k: v
+                    for k, v in json.loads(line).items()
+                    if "second" not in k and "per_s" not in k
+                }
+                for line in (w / sub / "metrics.jsonl").read_text().splitlines()
+            ]
+            for w in (apart, one)
+        ]
+        assert rows[0] == rows[1] and len(rows[0]) > 2, sub
+    for name in ("cold_start_0.05.json", "warm.json"):
+        a, b = (json.loads((w / "results" / name).read_text()) for w in (apart, one))
+        assert _quality(a) == _quality(b), name
+    # A rerun with --jobs 2 starts no process.
+    assert cli.main(["pipeline", "--workdir", str(apart), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("up to date, skipped") == 7 and "own process" not in out
+
+
+def test_a_stage_failing_in_its_own_process_is_one_line_naming_it(tmp_path):
+    """The stage worker writes a failure's reason (here: no prepared dataset) to its error file,
+    one line, and exits 1."""
+    import subprocess
+    import sys
+
+    error = tmp_path / "error.txt"
+    cfg = json.dumps(config.to_dict(config.load_preset("tiny")))
+    command = [sys.executable, "-m", "experiments.stage_worker", str(tmp_path / "w"), "tokenizer"]
+    done = subprocess.run(
+        [*command, "--error-file", str(error)], input=cfg, capture_output=True, text=True
+    )
+    assert done.returncode == 1, done.stderr
+    lines = error.read_text().splitlines()
+    assert len(lines) == 1 and str(tmp_path / "w") in lines[0], lines
+
+
 @pytest.mark.parametrize(
     "sets, key",
     [

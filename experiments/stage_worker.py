@@ -1,0 +1,54 @@
+"""One stage of `genret pipeline` in a process of its own: how the pipeline runs stages side by
+side (config `jobs` > 1). Started by experiments.workflow, not by users: the resolved config
+arrives as JSON on stdin, and a failure's reason, one line, goes to --error-file.
+
+Usage: python -m experiments.stage_worker WORKDIR STAGE --error-file FILE < config.json
+Exit codes: 0 done, 1 failed (the reason in FILE), 130 interrupted (Ctrl-C or SIGINT).
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from data import atomic
+from experiments import xla_cache
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.stage_worker")
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("stage")
+    parser.add_argument("--error-file", type=Path, required=True)
+    args = parser.parse_args(argv)
+    from experiments import cli, workflow
+    from experiments import config as config_lib
+    from experiments.layout import RunLayout
+
+    try:
+        cfg = config_lib.from_dict(config_lib.Config, json.loads(sys.stdin.read()))
+        built = workflow.build_stages(cfg, RunLayout(args.workdir), progress=False)
+        stage = {s.name: s for s in built}[args.stage]
+        stage.run()
+    except KeyboardInterrupt:
+        return 130
+    except cli.USER_ERRORS as e:
+        atomic.write_text(args.error_file, cli.one_line(e))
+        return 1
+    except Exception as e:  # a bug: one line, and the way to its traceback
+        atomic.write_text(
+            args.error_file,
+            f"internal error: {cli.one_line(e)} (rerun with --jobs 1 --debug for the traceback)",
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    xla_cache.enable()  # the pipeline's own setting, which this process inherits, wins
+    code = main()
+    # As genret's console(): no interpreter shutdown under an XLA thread still compiling.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
