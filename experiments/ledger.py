@@ -29,6 +29,9 @@ class Stage:
     # they give (with the upstream stages' earlier keys) still counts as up to date, and is
     # written again under the current key. None: the same as key_parts.
     legacy_key_parts: tuple | None = None
+    # Runs with no other stage beside it (run_stages' jobs > 1): it times itself (latency per
+    # user), and a stage beside it would take the cores it is timed on.
+    alone: bool = False
 
 
 class Ledger:
@@ -123,7 +126,8 @@ def run_stages(
 
     In list order, one at a time, in this process; or, with `launch` and `jobs` > 1, up to
     `jobs` at once, each in the process `launch(stage)` starts, a stage starting once every
-    stage it comes after has finished (the first ready in list order first). The ledger is
+    stage it comes after has finished (the first ready in list order first; a stage `alone`
+    only while no other runs, and none beside it). The ledger is
     written by this process alone, one entry as each stage finishes. A stage's failure is
     raised as a StageError naming the stage (its cause chained); a stage running beside it is
     interrupted first. `on_done(stage)` runs after each stage that ran and finished.
@@ -159,9 +163,11 @@ def _run_at_once(stages, ledger, after, keys, legacy, log, on_done, jobs, launch
     running: dict[str, tuple[Stage, StageProcess, float]] = {}
     try:
         while waiting or running:
-            # Start what is ready, the first in list order first; a skip may ready the next.
-            while len(running) < jobs:
+            # Start what is ready, the first in list order first; a skip may ready the next. A
+            # stage `alone` waits until nothing runs, and nothing starts beside it.
+            while len(running) < jobs and not any(s.alone for s, _, _ in running.values()):
                 ready = [s for s in waiting if all(a in timings for a in after[s.name])]
+                ready = [s for s in ready if not (s.alone and running)]
                 if not ready:
                     break
                 stage = ready[0]

@@ -103,6 +103,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
                 lambda p=p: stages.evaluate_cold_start(cfg, layout, p, progress=progress),
                 after=(f"retriever_{split.name}",),
                 check=lambda result=result: load_json_result(result),
+                alone=True,  # latency per user
             )
         )
     if cfg.eval.warm and cfg.eval.warm_preset:
@@ -120,6 +121,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
                 lambda: stages.evaluate_warm(cfg, layout, progress=progress),
                 after=tuple(f"retriever_{m.name}" for m in members),
                 check=lambda: load_json_result(layout.warm_result),
+                alone=True,  # latency per user
             )
         )
     if cfg.eval.sasrec:
@@ -131,6 +133,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
                 lambda: stages.sasrec(cfg, layout, progress=progress),
                 after=("tokenizer",),  # only the prepared dataset, which the tokenizer key holds
                 check=lambda: load_json_result(layout.sasrec_result),
+                alone=True,  # latency per user
             )
         )
     return out
