@@ -29,8 +29,9 @@ class Stage:
     # they give (with the upstream stages' earlier keys) still counts as up to date, and is
     # written again under the current key. None: the same as key_parts.
     legacy_key_parts: tuple | None = None
-    # Runs with no other stage beside it (run_stages' jobs > 1): it times itself (latency per
-    # user), and a stage beside it would take the cores it is timed on.
+    # Runs with no other stage beside it, in this process, also when run_stages' jobs > 1: a
+    # stage that times itself (latency per user: a stage beside it would take the cores it is
+    # timed on), or one too small for a process of its own.
     alone: bool = False
 
 
@@ -127,7 +128,7 @@ def run_stages(
     In list order, one at a time, in this process; or, with `launch` and `jobs` > 1, up to
     `jobs` at once, each in the process `launch(stage)` starts, a stage starting once every
     stage it comes after has finished (the first ready in list order first; a stage `alone`
-    only while no other runs, and none beside it). The ledger is
+    only while no other runs, in this process, and none beside it). The ledger is
     written by this process alone, one entry as each stage finishes. A stage's failure is
     raised as a StageError naming the stage (its cause chained); a stage running beside it is
     interrupted first. `on_done(stage)` runs after each stage that ran and finished.
@@ -143,18 +144,23 @@ def run_stages(
             log(f"[{stage.name}] up to date, skipped")
             timings[stage.name] = 0.0
             continue
-        log(f"[{stage.name}] running")
-        start = time.perf_counter()
-        try:
-            stage.run()
-        except GenretError as e:
-            raise StageError(f"stage {stage.name}: {e}") from e
-        except (ValueError, OSError, MemoryError) as e:
-            raise StageError(f"stage {stage.name}: {_one_line(e)}") from e
-        seconds = time.perf_counter() - start
-        _finished(stage, ledger, key, seconds, on_done, log)
-        timings[stage.name] = seconds
+        timings[stage.name] = _run_here(stage, ledger, key, log, on_done)
     return timings
+
+
+def _run_here(stage: Stage, ledger: Ledger, key: str, log, on_done) -> float:
+    """Runs a stage in this process; its seconds."""
+    log(f"[{stage.name}] running")
+    start = time.perf_counter()
+    try:
+        stage.run()
+    except GenretError as e:
+        raise StageError(f"stage {stage.name}: {e}") from e
+    except (ValueError, OSError, MemoryError) as e:
+        raise StageError(f"stage {stage.name}: {_one_line(e)}") from e
+    seconds = time.perf_counter() - start
+    _finished(stage, ledger, key, seconds, on_done, log)
+    return seconds
 
 
 def _run_at_once(stages, ledger, after, keys, legacy, log, on_done, jobs, launch) -> dict:
@@ -175,6 +181,9 @@ def _run_at_once(stages, ledger, after, keys, legacy, log, on_done, jobs, launch
                 if ledger.up_to_date(stage, keys[stage.name], log, legacy=legacy[stage.name]):
                     log(f"[{stage.name}] up to date, skipped")
                     timings[stage.name] = 0.0
+                    continue
+                if stage.alone:  # nothing runs: here, as one stage at a time would
+                    timings[stage.name] = _run_here(stage, ledger, keys[stage.name], log, on_done)
                     continue
                 log(f"[{stage.name}] running (in its own process)")
                 running[stage.name] = (stage, launch(stage), time.perf_counter())

@@ -159,6 +159,7 @@ def _warm_run_stages(cfg: Config, layout: RunLayout, *, progress: bool) -> list[
         lambda: stages.copy_warm_result(warm, layout),
         after=(WARM_RUN_PREFIX + "eval_warm",),
         check=lambda: load_json_result(layout.warm_result),
+        alone=True,  # a file copy: not worth a process
     )
     return [*nested, copy]
 

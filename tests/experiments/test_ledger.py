@@ -268,9 +268,9 @@ def test_a_stage_that_ends_well_without_its_output_is_an_error(tmp_path):
         )
 
 
-def test_a_stage_alone_runs_with_no_other_beside_it(tmp_path):
+def test_a_stage_alone_runs_here_with_no_other_beside_it(tmp_path):
     """x and g start together; when x has ended, e (alone) and y are ready but g still runs (it
-    waits for y), so y starts and e waits until g and y have ended: nothing runs beside it."""
+    waits for y), so y starts and e waits until g and y have ended; e runs in this process."""
     order = []
 
     def launch(stage):
@@ -278,21 +278,24 @@ def test_a_stage_alone_runs_with_no_other_beside_it(tmp_path):
         if stage.name == "g":  # ends only once y has started
             return _Script(tmp_path, _waits_for("y", "g"))
         script = (
-            "import pathlib, sys, time\n"
-            f"pathlib.Path('{stage.name}.started').touch()\n"
-            "time.sleep(0.3)\n"
-            f"others = [p.name for p in pathlib.Path('.').glob('*.started') if p.name != "
-            f"'{stage.name}.started' and not pathlib.Path(p.name[:-8]).exists()]\n"
-            f"pathlib.Path('{stage.name}').write_text(','.join(others))\n"
+            f"import pathlib; pathlib.Path('{stage.name}.started').touch()\n"
+            f"pathlib.Path('{stage.name}').write_text('{stage.name}')"
         )
         return _Script(tmp_path, script)
 
+    def alone():
+        order.append("e")
+        running = [n for n in ("x", "y", "g") if not (tmp_path / n).exists()]
+        (tmp_path / "e").write_text(",".join(running))
+
     made = [
         stages.Stage("x", (), (tmp_path / "x",), lambda: None, after=()),
-        stages.Stage("e", (), (tmp_path / "e",), lambda: None, after=("x",), alone=True),
+        stages.Stage("e", (), (tmp_path / "e",), alone, after=("x",), alone=True),
         stages.Stage("y", (), (tmp_path / "y",), lambda: None, after=("x",)),
         stages.Stage("g", (), (tmp_path / "g",), lambda: None, after=()),
     ]
-    stages.run_stages(made, tmp_path / "stages.json", log=lambda s: None, jobs=2, launch=launch)
+    logs = []
+    stages.run_stages(made, tmp_path / "stages.json", log=logs.append, jobs=2, launch=launch)
     assert order == ["x", "g", "y", "e"]
-    assert (tmp_path / "e").read_text() == ""  # nothing else was running while e ran
+    assert (tmp_path / "e").read_text() == ""  # x, y and g had all ended
+    assert "[e] running" in logs and "[y] running (in its own process)" in logs
