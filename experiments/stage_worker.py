@@ -7,13 +7,30 @@ Exit codes: 0 done, 1 failed (the reason in FILE), 130 interrupted (Ctrl-C or SI
 """
 
 import argparse
+import ctypes
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
 from data import atomic
 from experiments import xla_cache
+
+
+def stop_with_parent() -> None:
+    """On Linux: this process gets SIGINT, as from Ctrl-C, when the process that started it ends
+    (killed with SIGKILL included), so a stage never trains on unwatched by a pipeline that
+    would record it; a parent gone already is an interrupt now. Elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the call
+        raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.layout import RunLayout
 
     try:
+        stop_with_parent()
         cfg = config_lib.from_dict(config_lib.Config, json.loads(sys.stdin.read()))
         built = workflow.build_stages(cfg, RunLayout(args.workdir), progress=False)
         stage = {s.name: s for s in built}[args.stage]

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -216,6 +217,36 @@ def test_a_stage_failing_in_its_own_process_is_one_line_naming_it(tmp_path):
     assert done.returncode == 1, done.stderr
     lines = error.read_text().splitlines()
     assert len(lines) == 1 and str(tmp_path / "w") in lines[0], lines
+
+
+def test_a_stage_process_is_interrupted_when_the_pipeline_dies(tmp_path):
+    """stop_with_parent: a process under it gets SIGINT (KeyboardInterrupt) when its parent is
+    killed with SIGKILL, and so stops as Ctrl-C stops a stage."""
+    import subprocess
+    import sys
+
+    child = (
+        "import pathlib, time\n"
+        "from experiments.stage_worker import stop_with_parent\n"
+        "stop_with_parent()\n"
+        "pathlib.Path('ready').touch()\n"
+        "try:\n"
+        "    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    pathlib.Path('interrupted').touch()\n"
+    )
+    parent = (
+        "import os, pathlib, signal, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+        "while not pathlib.Path('ready').exists(): time.sleep(0.01)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    subprocess.run([sys.executable, "-c", parent], cwd=tmp_path, timeout=60)
+    for _ in range(1000):
+        if (tmp_path / "interrupted").exists():
+            break
+        time.sleep(0.01)
+    assert (tmp_path / "interrupted").exists()
 
 
 @pytest.mark.parametrize(
