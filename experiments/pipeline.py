@@ -10,7 +10,8 @@ each other run side by side, each in a process of its own, with the same numbers
 import argparse
 import dataclasses
 
-from experiments import common, config, workflow
+from data.errors import ArgumentError
+from experiments import common, workflow
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
     layout = common.layout_of(args)
     cfg = common.resolve_config(args, layout, dataset_args=True)
     if args.jobs is not None:
-        cfg = config.validate(dataclasses.replace(cfg, jobs=args.jobs))
+        if args.jobs < 1:
+            raise ArgumentError(f"--jobs {args.jobs}: must be >= 1")
+        cfg = dataclasses.replace(cfg, jobs=args.jobs)
     workflow.run_pipeline(cfg, layout, progress=not args.no_progress)
     return 0

@@ -198,6 +198,8 @@ CASES = [
         ["seqmodel.num_layers", "abc"],
     ),
     ("no-equals", _fresh, ["pipeline", "--set", "seqmodel"], ["--set", "key=value"]),
+    ("jobs-zero", _fresh, ["pipeline", "--jobs", "0"], ["--jobs 0"]),
+    ("jobs-set-zero", _fresh, ["pipeline", "--set", "jobs=0"], ["jobs=0"]),
     ("bad-bool", _fresh, ["pipeline", "--set", "eval.warm=maybe"], ["eval.warm"]),
     ("bad-preset", _fresh, ["pipeline", "--config", "nosuch"], ["--config", "nosuch"]),
     (
@@ -389,5 +391,5 @@ def test_bad_input_is_one_line_naming_it_and_changes_nothing(
     assert _snapshot(tmp_path) == before, "the failed command changed files"
 
 
-def test_there_are_at_least_53_cases():
-    assert len(CASES) >= 53
+def test_there_are_at_least_55_cases():
+    assert len(CASES) >= 55
