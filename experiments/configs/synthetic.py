@@ -27,6 +27,7 @@ def get_config() -> Config:
     )
     # A seeded sample of 3,000 leave-one-out test users keeps the evaluation short.
     evaluation = dataclasses.replace(cfg.eval, max_test_users=3000)
-    # Two stages at once (each retriever with its evaluation beside another): one retriever of
-    # this size keeps the 2-core CPU about 70% busy (docs/BENCHMARKS.md, "Stages side by side").
+    # Two stages at once, the retrievers side by side (the evaluations, which time themselves,
+    # alone): one retriever of this size keeps the 2-core CPU 65-75% busy, two at a time took
+    # 13-15% less wall time, every number the same (docs/BENCHMARKS.md, "Stages side by side").
     return dataclasses.replace(cfg, rqvae=rqvae, seqmodel=seqmodel, eval=evaluation, jobs=2)
