@@ -205,7 +205,8 @@ class _StageProcess:
         if text:
             return text
         if code is not None and code < 0:
-            return f"its process ended by signal {-code} (out of memory?)"
+            hint = " (killed: out of memory?)" if -code == signal.SIGKILL else ""
+            return f"its process ended by signal {-code}{hint}"
         return f"its process ended with exit code {code}"
 
     def __del__(self):
