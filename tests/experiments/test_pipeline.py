@@ -203,20 +203,25 @@ def test_stages_side_by_side_give_the_numbers_of_one_process(tmp_path, capsys):
 
 
 def test_a_stage_failing_in_its_own_process_is_one_line_naming_it(tmp_path):
-    """The stage worker writes a failure's reason (here: no prepared dataset) to its error file,
-    one line, and exits 1."""
-    import subprocess
-    import sys
+    """A stage in a process of its own (the stage worker, started as the pipeline starts it) that
+    fails, here for want of a prepared dataset, gives its reason in one line naming the folder;
+    one killed by SIGKILL says so."""
+    import signal
 
-    error = tmp_path / "error.txt"
-    cfg = json.dumps(config.to_dict(config.load_preset("tiny")))
-    command = [sys.executable, "-m", "experiments.stage_worker", str(tmp_path / "w"), "tokenizer"]
-    done = subprocess.run(
-        [*command, "--error-file", str(error)], input=cfg, capture_output=True, text=True
-    )
-    assert done.returncode == 1, done.stderr
-    lines = error.read_text().splitlines()
-    assert len(lines) == 1 and str(tmp_path / "w") in lines[0], lines
+    from experiments.layout import RunLayout
+    from experiments.workflow import _StageProcess, build_stages
+
+    cfg = config.load_preset("tiny")
+    layout = RunLayout(tmp_path / "w")
+    tokenizer = build_stages(cfg, layout, progress=False)[0]
+    failed = _StageProcess(cfg, layout, tokenizer)
+    assert failed.wait() == 1
+    lines = failed.error().splitlines()
+    assert len(lines) == 1 and str(layout.root) in lines[0], lines
+    killed = _StageProcess(cfg, layout, tokenizer)
+    killed._process.send_signal(signal.SIGKILL)
+    assert killed.wait() == -signal.SIGKILL
+    assert killed.error() == "its process ended by signal 9 (killed: out of memory?)"
 
 
 def test_a_stage_process_is_interrupted_when_the_pipeline_dies(tmp_path):
