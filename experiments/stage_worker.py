@@ -14,7 +14,6 @@ import signal
 import sys
 from pathlib import Path
 
-from data import atomic
 from experiments import xla_cache
 
 
@@ -39,12 +38,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("stage")
     parser.add_argument("--error-file", type=Path, required=True)
     args = parser.parse_args(argv)
+    # A Ctrl-C in the seconds JAX takes to import is noted, not raised: raised inside jaxlib's
+    # C++ module set-up it would abort the process with a C++ traceback. Then: exit code 130.
+    noted = []
+    signal.signal(signal.SIGINT, lambda *_: noted.append(True))
+    stop_with_parent()
+    from data import atomic
     from experiments import cli, workflow
     from experiments import config as config_lib
     from experiments.layout import RunLayout
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if noted:
+        return 130
     try:
-        stop_with_parent()
         cfg = config_lib.from_dict(config_lib.Config, json.loads(sys.stdin.read()))
         built = workflow.build_stages(cfg, RunLayout(args.workdir), progress=False)
         stage = {s.name: s for s in built}[args.stage]
@@ -65,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     xla_cache.enable()  # the pipeline's own setting, which this process inherits, wins
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt:  # before the stage began: nothing to keep
+        code = 130
     # As genret's console(): no interpreter shutdown under an XLA thread still compiling.
     sys.stdout.flush()
     sys.stderr.flush()
