@@ -135,16 +135,44 @@ def run_stages(
     """
     ledger = Ledger(ledger_path)
     after, keys, legacy = _keys(stages)
-    if launch is not None and jobs > 1:
-        return _run_at_once(stages, ledger, after, keys, legacy, log, on_done, jobs, launch)
-    timings = {}
-    for stage in stages:
-        key = keys[stage.name]
-        if ledger.up_to_date(stage, key, log, legacy=legacy[stage.name]):
-            log(f"[{stage.name}] up to date, skipped")
-            timings[stage.name] = 0.0
-            continue
-        timings[stage.name] = _run_here(stage, ledger, key, log, on_done)
+    apart = launch is not None and jobs > 1
+    timings: dict[str, float] = {}
+    waiting = list(stages)
+    running: dict[str, tuple[Stage, StageProcess, float]] = {}
+    try:
+        while waiting or running:
+            # Start what is ready, the first in list order first (one at a time: the next in
+            # list order); a stage `alone` only when nothing runs, here, so nothing beside it.
+            while len(running) < jobs:
+                ready = [s for s in waiting if all(a in timings for a in after[s.name])]
+                ready = [s for s in ready if not (s.alone and running)]
+                if not ready:
+                    break
+                stage = ready[0]
+                waiting.remove(stage)
+                key = keys[stage.name]
+                if ledger.up_to_date(stage, key, log, legacy=legacy[stage.name]):
+                    log(f"[{stage.name}] up to date, skipped")
+                    timings[stage.name] = 0.0
+                elif stage.alone or not apart:
+                    timings[stage.name] = _run_here(stage, ledger, key, log, on_done)
+                else:
+                    log(f"[{stage.name}] running (in its own process)")
+                    running[stage.name] = (stage, launch(stage), time.perf_counter())
+            if not running:  # all left were skipped or ran here (an `after` names an earlier stage)
+                break
+            stage, process, start = running.pop(_first_to_end(running))
+            if process.poll() != 0:
+                raise StageError(f"stage {stage.name}: {process.error()}")
+            seconds = time.perf_counter() - start
+            _finished(stage, ledger, keys[stage.name], seconds, on_done, log)
+            timings[stage.name] = seconds
+    finally:  # a failure or Ctrl-C here: the stages still running stop as Ctrl-C stops them
+        for _, process, _ in running.values():
+            if process.poll() is None:
+                process.interrupt()
+        for _, process, _ in running.values():
+            process.wait()
     return timings
 
 
@@ -161,51 +189,6 @@ def _run_here(stage: Stage, ledger: Ledger, key: str, log, on_done) -> float:
     seconds = time.perf_counter() - start
     _finished(stage, ledger, key, seconds, on_done, log)
     return seconds
-
-
-def _run_at_once(stages, ledger, after, keys, legacy, log, on_done, jobs, launch) -> dict:
-    timings: dict[str, float] = {}
-    waiting = list(stages)
-    running: dict[str, tuple[Stage, StageProcess, float]] = {}
-    try:
-        while waiting or running:
-            # Start what is ready, the first in list order first; a skip may ready the next. A
-            # stage `alone` waits until nothing runs, and nothing starts beside it.
-            while len(running) < jobs and not any(s.alone for s, _, _ in running.values()):
-                ready = [s for s in waiting if all(a in timings for a in after[s.name])]
-                ready = [s for s in ready if not (s.alone and running)]
-                if not ready:
-                    break
-                stage = ready[0]
-                waiting.remove(stage)
-                if ledger.up_to_date(stage, keys[stage.name], log, legacy=legacy[stage.name]):
-                    log(f"[{stage.name}] up to date, skipped")
-                    timings[stage.name] = 0.0
-                    continue
-                if stage.alone:  # nothing runs: here, as one stage at a time would
-                    timings[stage.name] = _run_here(stage, ledger, keys[stage.name], log, on_done)
-                    continue
-                log(f"[{stage.name}] running (in its own process)")
-                running[stage.name] = (stage, launch(stage), time.perf_counter())
-            if not running:
-                if waiting:  # nothing can start: an `after` names no stage before it
-                    raise StageError(f"stage {waiting[0].name}: waits on a stage that never runs")
-                break
-            ended = _first_to_end(running)
-            stage, process, start = running.pop(ended)
-            code = process.poll()
-            if code != 0:
-                raise StageError(f"stage {stage.name}: {process.error()}")
-            seconds = time.perf_counter() - start
-            _finished(stage, ledger, keys[stage.name], seconds, on_done, log)
-            timings[stage.name] = seconds
-    finally:  # a failure or Ctrl-C here: the stages still running stop as Ctrl-C stops them
-        for _, process, _ in running.values():
-            if process.poll() is None:
-                process.interrupt()
-        for _, process, _ in running.values():
-            process.wait()
-    return timings
 
 
 def _first_to_end(running: dict, interval: float = 0.05) -> str:
