@@ -8,7 +8,9 @@ import argparse
 import importlib
 import os
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from data.errors import GenretError
@@ -142,6 +144,34 @@ def main(argv: list[str] | None = None) -> int:
     return int(result or 0)
 
 
+def _interrupt_main_thread() -> None:
+    """SIGINT to the main thread, as Ctrl-C sends it (a sleep or a wait there ends at once)."""
+    if callable(signal.getsignal(signal.SIGINT)):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
+def keep_interrupts() -> None:
+    """Makes a Ctrl-C that lands inside a garbage-collector callback or a finalizer interrupt.
+
+    Python cannot raise there: it prints "Exception ignored in: ..." with a KeyboardInterrupt
+    traceback and goes on, so the Ctrl-C is lost. JAX runs such a callback at every collection
+    (jax._src.lib._xla_gc_callback), so a Ctrl-C lands in one now and then. The hook hands the
+    interrupt back to the main thread a few milliseconds later, from another thread, once the
+    callback has returned (signalled at once, it would land in this hook, where Python cannot
+    raise either); it is then raised, or held by a checkpoint save, as any other Ctrl-C. Every
+    other unraisable exception is reported as before.
+    """
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            threading.Timer(0.01, _interrupt_main_thread).start()
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
 def console() -> None:
     """The `genret` executable: main(), and after a Ctrl-C a prompt exit.
 
@@ -155,6 +185,7 @@ def console() -> None:
 
     hugepages.restart_with_hugepages()
     xla_cache.enable()
+    keep_interrupts()
     code = main()
     if code == 130:
         sys.stdout.flush()

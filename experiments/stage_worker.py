@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.layout import RunLayout
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    cli.keep_interrupts()
     if noted:
         return 130
     try:
