@@ -42,20 +42,44 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_vector_extensions() -> str | None:
+    """The vector instruction sets the processor reports (Linux's /proc/cpuinfo flags: AVX,
+    AVX2, AVX-512's parts, AMX, FMA, F16C), space-separated; None where unknown.
+
+    XLA compiles for the processor it runs on, so these decide the floats as much as the
+    versions do: two machines that both report "AMD EPYC", one with AVX-512 and one without,
+    trained the same retriever to other numbers (docs/RESULTS.md, session 53)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = line.split(":", 1)[1].split()
+                    wanted = (f for f in flags if f.startswith(("avx", "amx")) or f in _OTHER)
+                    return " ".join(sorted(set(wanted)))
+    except OSError:
+        pass
+    return None
+
+
+_OTHER = ("fma", "f16c")
+
+
 @functools.cache
 def environment() -> dict:
-    """Package versions (None for one not installed), Python, OS, processor and its core count."""
+    """Package versions (None for one not installed), Python, OS, processor, its vector
+    instruction sets and its core count."""
     return {
         "packages": {name: _version(name) for name in PACKAGES},
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),
+        "cpu_vector_extensions": _cpu_vector_extensions(),
         "cpu_count": os.cpu_count(),
     }
 
 
 # The fields of a record that describe the machine and interpreter (the rest: package versions).
-MACHINE_KEYS = ("python", "platform", "cpu", "cpu_count")
+MACHINE_KEYS = ("python", "platform", "cpu", "cpu_vector_extensions", "cpu_count")
 
 
 def _changed(x: dict, y: dict, keys) -> list[str]:
@@ -74,8 +98,11 @@ def package_differences(a: dict | None, b: dict | None) -> list[str]:
 
 
 def machine_differences(a: dict | None, b: dict | None) -> list[str]:
-    """The fields of MACHINE_KEYS that differ, one 'field: a -> b' line each."""
-    return _changed(a, b, MACHINE_KEYS) if a and b else []
+    """The fields of MACHINE_KEYS that differ, one 'field: a -> b' line each; a field that one
+    record lacks (written before it was recorded) is not compared."""
+    if not a or not b:
+        return []
+    return _changed(a, b, [k for k in MACHINE_KEYS if k in a and k in b])
 
 
 def differences(a: dict | None, b: dict | None) -> list[str]:

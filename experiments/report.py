@@ -212,8 +212,10 @@ def _environment_lines(results: dict[str, dict]) -> list[str]:
     for env, names in groups.values():
         pkgs = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items() if v)
         where = f" ({', '.join(names)})" if len(groups) > 1 else ""
+        simd = env.get("cpu_vector_extensions")
+        simd = f" ({simd})" if simd else ""
         lines.append(
-            f"- Environment{where}: {pkgs}; Python {env.get('python')}; {env.get('cpu')} "
+            f"- Environment{where}: {pkgs}; Python {env.get('python')}; {env.get('cpu')}{simd} "
             f"x {env.get('cpu_count')}."
         )
     return lines

@@ -37,3 +37,19 @@ def test_differences_name_each_changed_field_and_nothing_else():
     c = {**a, "platform": "Linux: other"}
     assert machine_differences(a, c) == [f"platform: {a['platform']} -> Linux: other"]
     assert package_differences(a, c) == []
+
+
+def test_the_vector_extensions_are_a_machine_difference_when_both_records_hold_them():
+    a = environment()
+    ours = a["cpu_vector_extensions"]  # None where /proc/cpuinfo is not there
+    if ours is not None:
+        assert all(f.startswith(("avx", "amx")) or f in ("fma", "f16c") for f in ours.split())
+    other = "avx avx2 avx512f fma" if ours != "avx avx2 avx512f fma" else "avx avx2 fma"
+    b = {**a, "cpu_vector_extensions": other}
+    assert machine_differences(a, b) == [f"cpu_vector_extensions: {ours} -> {other}"]
+    # A record from before the field existed: the field is not compared, the rest still is.
+    old = {k: v for k, v in b.items() if k != "cpu_vector_extensions"}
+    assert machine_differences(old, a) == []
+    assert machine_differences({**old, "cpu_count": 99}, a) == [
+        f"cpu_count: 99 -> {a['cpu_count']}"
+    ]

@@ -124,6 +124,7 @@ def test_report_names_the_environment_once_or_per_result_when_they_differ(tmp_pa
     report.write_report(cfg, layout)
     lines = [x for x in layout.report.read_text().splitlines() if x.startswith("- Environment")]
     assert lines == [lines[0]] and f"jax {env['packages']['jax']}" in lines[0], lines
+    assert f"({env['cpu_vector_extensions']})" in lines[0] or not env["cpu_vector_extensions"]
     other = {**env, "packages": {**env["packages"], "jax": "0.0.1"}}
     warm = json.loads(layout.warm_result.read_text())
     layout.warm_result.write_text(json.dumps({**warm, "environment": other}))
