@@ -42,6 +42,10 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# Vector instruction sets beside the avx* and amx* flags.
+_OTHER = ("fma", "f16c")
+
+
 def _cpu_vector_extensions() -> str | None:
     """The vector instruction sets the processor reports (Linux's /proc/cpuinfo flags: AVX,
     AVX2, AVX-512's parts, AMX, FMA, F16C), space-separated; None where unknown.
@@ -60,9 +64,6 @@ def _cpu_vector_extensions() -> str | None:
     except OSError:
         pass
     return None
-
-
-_OTHER = ("fma", "f16c")
 
 
 @functools.cache
