@@ -1,5 +1,5 @@
 """Checks that RUN reproduces RECORD (one preset and seed): every number of every results/*.json
-that both hold (timings, latencies and the environment left out), the tokenizer's SIDs, and for
+that both hold (timings, latencies, their ratios and the environment left out), the tokenizer's SIDs, and for
 each retriever its training summary and every logged loss and holdout metric. Prints what it
 compared and each difference; exits 0 when all are equal, 1 when not, 2 on bad input.
 
@@ -31,7 +31,7 @@ from seqmodel import files as retriever_files
 
 FORMAT = 1
 # Keys whose values are measurements of the machine, not of the model.
-_TIMING = ("latency", "seconds", "per_s", "wall", "environment")
+_TIMING = ("latency", "seconds", "per_s", "wall", "overhead_ratio", "environment")
 
 
 def _numbers(x, prefix=""):
