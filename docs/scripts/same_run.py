@@ -1,7 +1,7 @@
 """Checks that RUN reproduces RECORD (one preset and seed): every number of every results/*.json
-that both hold (timings, latencies, their ratios and the environment left out), the tokenizer's SIDs, and for
-each retriever its training summary and every logged loss and holdout metric. Prints what it
-compared and each difference; exits 0 when all are equal, 1 when not, 2 on bad input.
+that both hold (timings, latencies, their ratios and the environment left out), the tokenizer's
+SIDs, and for each retriever its training summary and every logged loss and holdout metric. Prints
+what it compared and each difference; exits 0 when all are equal, 1 when not, 2 on bad input.
 
 RECORD is a work directory or a fingerprint of one: `--write FILE` stores a work directory's
 fingerprint (every results number and training summary in full, the SIDs and each metrics.jsonl
