@@ -30,16 +30,23 @@ def _version(name: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str:
-    """The processor's model name (Linux's /proc/cpuinfo), else what `platform` knows."""
+def _cpuinfo(field: str) -> str | None:
+    """The value of the first line of Linux's /proc/cpuinfo that starts with `field`; None
+    where there is no such file or line."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def _cpu_model() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo), else what `platform` knows."""
+    model = _cpuinfo("model name")
+    return model if model is not None else platform.processor() or platform.machine()
 
 
 # Vector instruction sets beside the avx* and amx* flags.
@@ -54,16 +61,11 @@ def _cpu_vector_extensions() -> str | None:
     versions do: the same code, seed and data trained Sports' retriever to other numbers on two
     machines that both report "AMD EPYC", the earlier one noted to have AVX-512, the later one
     without it (docs/RESULTS.md, session 53)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = line.split(":", 1)[1].split()
-                    wanted = (f for f in flags if f.startswith(("avx", "amx")) or f in _OTHER)
-                    return " ".join(sorted(set(wanted)))
-    except OSError:
-        pass
-    return None
+    flags = _cpuinfo("flags")
+    if flags is None:
+        return None
+    wanted = (f for f in flags.split() if f.startswith(("avx", "amx")) or f in _OTHER)
+    return " ".join(sorted(set(wanted)))
 
 
 @functools.cache
