@@ -32,23 +32,46 @@ def stop_with_parent() -> None:
         raise KeyboardInterrupt
 
 
+def interrupt_handler(ignored: bool, parent: int):
+    """The SIGINT handler of a worker whose pipeline is `parent`: Ctrl-C's KeyboardInterrupt; but
+    where the worker started with SIGINT ignored (its pipeline did, as a background job of a shell
+    script does), only stop_with_parent's, sent once the pipeline is gone. A Ctrl-C to the process
+    group is then ignored by every process of the pipeline, as by a pipeline of one process."""
+    if not ignored:
+        return signal.default_int_handler
+
+    def when_orphaned(signum, frame):
+        if os.getppid() != parent:
+            raise KeyboardInterrupt
+
+    return when_orphaned
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.stage_worker")
     parser.add_argument("workdir", type=Path)
     parser.add_argument("stage")
     parser.add_argument("--error-file", type=Path, required=True)
     args = parser.parse_args(argv)
+    handler = interrupt_handler(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, os.getppid())
     # A Ctrl-C in the seconds JAX takes to import is noted, not raised: raised inside jaxlib's
     # C++ module set-up it would abort the process with a C++ traceback. Then: exit code 130.
     noted = []
-    signal.signal(signal.SIGINT, lambda *_: noted.append(True))
+
+    def note(signum, frame):
+        try:
+            handler(signum, frame)
+        except KeyboardInterrupt:
+            noted.append(True)
+
+    signal.signal(signal.SIGINT, note)
     stop_with_parent()
     from data import atomic
     from experiments import cli, workflow
     from experiments import config as config_lib
     from experiments.layout import RunLayout
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, handler)
     cli.keep_interrupts()
     if noted:
         return 130

@@ -254,6 +254,62 @@ def test_a_stage_process_is_interrupted_when_the_pipeline_dies(tmp_path):
     assert (tmp_path / "interrupted").exists()
 
 
+def test_a_stage_process_started_with_sigint_ignored_stops_only_with_the_pipeline(tmp_path):
+    """interrupt_handler: a stage process whose pipeline ignores SIGINT (a background job of a
+    shell script) carries on through a Ctrl-C as its pipeline does, and is still interrupted by
+    stop_with_parent's SIGINT once the pipeline is killed; one not ignoring it stops at once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from experiments.stage_worker import interrupt_handler
+
+    assert interrupt_handler(False, os.getppid()) is signal.default_int_handler
+    try:  # its pipeline is alive (caught: an uncaught KeyboardInterrupt would stop pytest)
+        interrupt_handler(True, os.getppid())(signal.SIGINT, None)
+    except KeyboardInterrupt:
+        pytest.fail("a Ctrl-C interrupted a stage whose pipeline ignores it")
+    with pytest.raises(KeyboardInterrupt):
+        interrupt_handler(True, -1)(signal.SIGINT, None)  # its pipeline is gone
+
+    child = (
+        "import os, pathlib, signal, time\n"
+        "from experiments.stage_worker import interrupt_handler, stop_with_parent\n"
+        "ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
+        "signal.signal(signal.SIGINT, interrupt_handler(ignored, os.getppid()))\n"
+        "stop_with_parent()\n"
+        "pathlib.Path('ready').write_text(str(os.getpid()))\n"
+        "try:\n"
+        "    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    pathlib.Path('interrupted').touch()\n"
+    )
+    parent = (  # a pipeline that ignores SIGINT; its child inherits that
+        "import os, pathlib, signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+        "while not pathlib.Path('go').exists(): time.sleep(0.01)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    pipeline = subprocess.Popen([sys.executable, "-c", parent], cwd=tmp_path)
+
+    def wait_for(name):
+        for _ in range(3000):
+            if (tmp_path / name).exists():
+                return True
+            time.sleep(0.01)
+        return False
+
+    assert wait_for("ready")
+    os.kill(int((tmp_path / "ready").read_text()), signal.SIGINT)  # a Ctrl-C: carried on
+    time.sleep(0.5)
+    assert not (tmp_path / "interrupted").exists()
+    (tmp_path / "go").touch()  # the pipeline is killed
+    pipeline.wait(timeout=60)
+    assert wait_for("interrupted")
+
+
 @pytest.mark.parametrize(
     "sets, key",
     [
