@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
-# Here, before the device calls of docs/scripts/gpu_run.sh (session 24): what they carry.
-#   gpu/D/{prepared,tokenizer}  from the work directory of a `-long` pipeline, runs/D_long
-#                               (D_item_cf_long shares its tokenizer with D_item_cf); no retriever
+# Here, before the device calls of docs/scripts/gpu_presets.sh (and gpu_run.sh, gpu_sweep.sh,
+# gpu_sasrec_sweep.sh): what they carry.
+#   gpu/D/{prepared,tokenizer}  `genret prepare` and `genret train-tokenizer --config D_item_cf`
+#                               (seed 0; D_item_cf_long shares the tokenizer), made in
+#                               runs/gpu_prep/D; the tokenizer without its checkpoints
 #   .whl/*.whl, .whl/pin/*.whl  wheels for the device's Python 3.12 of what its image lacks
-# Both folders are ignored (.git/info/exclude). Then, with the device tool:
-#   run  command "bash docs/scripts/gpu_run.sh"              carry gpu/beauty .whl
-#   run  command "bash docs/scripts/gpu_run.sh toys-sports"  carry gpu/toys gpu/sports .whl
+# Both folders are ignored (.git/info/exclude). Then, with the device tool, e.g.:
+#   run  command "EVAL_LIMIT_S=100 bash docs/scripts/gpu_presets.sh 460 beauty:beauty_item_cf
+#                 sports:sports_item_cf"  carry gpu .whl
+#
+#   bash docs/scripts/gpu_prepare.sh [DATASET ...]    (default: beauty toys sports; about 90 s each)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-pip=".venv/bin/python -m pip"
-grep -qx '/gpu/' .git/info/exclude || printf '/gpu/\n/.whl/\n' >> .git/info/exclude
+genret=.venv/bin/genret pip=".venv/bin/python -m pip"
+exclude=$(git rev-parse --git-path info/exclude)   # also in a worktree, where .git is a file
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/gpu/' "$exclude" 2>/dev/null || printf '/gpu/\n/.whl/\n' >> "$exclude"
 
-for d in beauty toys sports; do
-  [ -d "runs/${d}_long/tokenizer" ] || { echo "runs/${d}_long/tokenizer: missing (run its pipeline)"; exit 1; }
+datasets=("$@")
+[ ${#datasets[@]} -gt 0 ] || datasets=(beauty toys sports)
+for d in "${datasets[@]}"; do
+  w=runs/gpu_prep/$d
+  $genret prepare --dataset "$d" --workdir "$w" --config "${d}_item_cf" --no-progress
+  $genret train-tokenizer --workdir "$w" --config "${d}_item_cf" --no-progress
   rm -rf "gpu/$d" && mkdir -p "gpu/$d"
-  cp -r "runs/${d}_long/prepared" "runs/${d}_long/tokenizer" "gpu/$d/"
+  cp -r "$w/prepared" "$w/tokenizer" "gpu/$d/"
   rm -rf "gpu/$d/tokenizer/checkpoints"   # the SIDs are what training reads
 done
 
