@@ -18,7 +18,6 @@
 # DATASET_eval_SPLIT.log and DATASET_validation_warm.json. No test number is computed unless TEST=1
 # (then DATASET_warm.json too, ranked before the validation split).
 set -u
-source docs/scripts/gpu_env.sh
 limit=$1
 shift
 pairs=() overrides=()
@@ -29,6 +28,8 @@ for a in "$@"; do
     *) echo "gpu_presets.sh: '$a' is neither DATASET:PRESET nor KEY=VALUE"; exit 2 ;;
   esac
 done
+[ ${#pairs[@]} -gt 0 ] || { echo "gpu_presets.sh: no DATASET:PRESET given"; exit 2; }
+source docs/scripts/gpu_env.sh
 
 seeds_of() {  # seeds_of PRESET: its main seed, then its ensemble seeds, space-separated
   python3 - "$1" "${overrides[@]}" <<'PY'
@@ -72,7 +73,8 @@ done
 rank() {  # rank DATASET SPLIT [--validation]: the ensemble on one split, cut at EVAL_LIMIT_S
   local t0=$SECONDS e=/tmp/preset_$1_ensemble
   timeout -k 5 "${EVAL_LIMIT_S:-240}" python3 -m experiments.cli eval-warm --workdir "$e" "${@:3}" \
-    --batch-size 256 --no-progress --config "${preset_of[$1]}" "${overrides[@]}" > "$OUT/$1_eval_$2.log" 2>&1
+    --batch-size 256 --no-progress --config "${preset_of[$1]}" "${overrides[@]}" \
+    > "$OUT/$1_eval_$2.log" 2>&1
   echo "== $1 eval $2 rc=$? $((SECONDS - t0)) s"
   tail -3 "$OUT/$1_eval_$2.log"
 }
@@ -85,10 +87,13 @@ ensemble() {  # ensemble DATASET: its retrievers in one work directory, ranked
   [ "${EVAL_LIMIT_S:-240}" = 0 ] && return
   # TEST=1 ranks the test split first (a rerun of a preset's record, reported as it comes)
   if [ -n "${TEST:-}" ]; then rank "$d" test && cp "$e/results/warm.json" "$OUT/${d}_warm.json"; fi
-  rank "$d" validation --validation && cp "$e/results/validation_warm.json" "$OUT/${d}_validation_warm.json"
+  rank "$d" validation --validation &&
+    cp "$e/results/validation_warm.json" "$OUT/${d}_validation_warm.json"
 }
 pids=()
 for d in "${!preset_of[@]}"; do ensemble "$d" & pids+=($!); done
 wait "${pids[@]}"
-(cd "$OUT" && tar -czf evals.tgz ./*_eval_*.log ./*warm.json 2>/dev/null && rm -f ./*_eval_*.log ./*warm.json)
+# (a ranking cut short wrote no warm.json: its log then comes back as a file of its own)
+(cd "$OUT" && tar -czf evals.tgz ./*_eval_*.log ./*warm.json 2>/dev/null &&
+  rm -f ./*_eval_*.log ./*warm.json)
 echo "== total $SECONDS s"
