@@ -224,6 +224,15 @@ def test_a_stage_failing_in_its_own_process_is_one_line_naming_it(tmp_path):
     assert killed.error() == "its process ended by signal 9 (killed: out of memory?)"
 
 
+def _appears(path: Path, tries: int) -> bool:
+    """Whether `path` exists within `tries` checks 10 ms apart (a file another process writes)."""
+    for _ in range(tries):
+        if path.exists():
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def test_a_stage_process_is_interrupted_when_the_pipeline_dies(tmp_path):
     """stop_with_parent: a process under it gets SIGINT (KeyboardInterrupt) when its parent is
     killed with SIGKILL, and so stops as Ctrl-C stops a stage."""
@@ -247,11 +256,7 @@ def test_a_stage_process_is_interrupted_when_the_pipeline_dies(tmp_path):
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     subprocess.run([sys.executable, "-c", parent], cwd=tmp_path, timeout=60)
-    for _ in range(1000):
-        if (tmp_path / "interrupted").exists():
-            break
-        time.sleep(0.01)
-    assert (tmp_path / "interrupted").exists()
+    assert _appears(tmp_path / "interrupted", tries=1000)
 
 
 def test_a_stage_process_started_with_sigint_ignored_stops_only_with_the_pipeline(tmp_path):
@@ -279,7 +284,8 @@ def test_a_stage_process_started_with_sigint_ignored_stops_only_with_the_pipelin
         "ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
         "signal.signal(signal.SIGINT, interrupt_handler(ignored, os.getppid()))\n"
         "stop_with_parent()\n"
-        "pathlib.Path('ready').write_text(str(os.getpid()))\n"
+        "pathlib.Path('pid').write_text(str(os.getpid()))\n"
+        "pathlib.Path('ready').touch()\n"
         "try:\n"
         "    time.sleep(60)\n"
         "except KeyboardInterrupt:\n"
@@ -293,21 +299,13 @@ def test_a_stage_process_started_with_sigint_ignored_stops_only_with_the_pipelin
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     pipeline = subprocess.Popen([sys.executable, "-c", parent], cwd=tmp_path)
-
-    def wait_for(name):
-        for _ in range(3000):
-            if (tmp_path / name).exists():
-                return True
-            time.sleep(0.01)
-        return False
-
-    assert wait_for("ready")
-    os.kill(int((tmp_path / "ready").read_text()), signal.SIGINT)  # a Ctrl-C: carried on
+    assert _appears(tmp_path / "ready", tries=3000)  # after the pid, whole
+    os.kill(int((tmp_path / "pid").read_text()), signal.SIGINT)  # a Ctrl-C: carried on
     time.sleep(0.5)
     assert not (tmp_path / "interrupted").exists()
     (tmp_path / "go").touch()  # the pipeline is killed
     pipeline.wait(timeout=60)
-    assert wait_for("interrupted")
+    assert _appears(tmp_path / "interrupted", tries=3000)
 
 
 @pytest.mark.parametrize(
