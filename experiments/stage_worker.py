@@ -3,7 +3,8 @@ side (config `jobs` > 1). Started by experiments.workflow, not by users: the res
 arrives as JSON on stdin, and a failure's reason, one line, goes to --error-file.
 
 Usage: python -m experiments.stage_worker WORKDIR STAGE --error-file FILE < config.json
-Exit codes: 0 done, 1 failed (the reason in FILE), 130 interrupted (Ctrl-C or SIGINT).
+Exit codes: 0 done, 1 failed (the reason in FILE), 130 interrupted (Ctrl-C, SIGINT or
+SIGTERM).
 """
 
 import argparse
@@ -32,19 +33,31 @@ def stop_with_parent() -> None:
         raise KeyboardInterrupt
 
 
-def interrupt_handler(ignored: bool, parent: int):
-    """The SIGINT handler of a worker whose pipeline is `parent`: Ctrl-C's KeyboardInterrupt; but
-    where the worker started with SIGINT ignored (its pipeline did, as a background job of a shell
-    script does), only stop_with_parent's, sent once the pipeline is gone. A Ctrl-C to the process
-    group is then ignored by every process of the pipeline, as by a pipeline of one process."""
+def interrupt_handlers(ignored: bool, parent: int):
+    """The SIGINT and SIGTERM handlers of a worker whose pipeline is `parent`.
+
+    SIGINT: Ctrl-C's KeyboardInterrupt; but where the worker started with SIGINT ignored (its
+    pipeline did, as a background job of a shell script does), only stop_with_parent's, sent once
+    the pipeline is gone. A Ctrl-C to the process group is then ignored by every process of the
+    pipeline, as by a pipeline of one process. SIGTERM: the pipeline's own request to stop (a stage
+    beside it failed, or a Ctrl-C reached the pipeline), a KeyboardInterrupt always; after one, a
+    SIGINT is honoured too (cli.keep_interrupts hands an interrupt that landed where Python cannot
+    raise back as SIGINT).
+    """
+    asked = []
+
+    def on_request(signum, frame):
+        asked.append(signum)
+        raise KeyboardInterrupt
+
     if not ignored:
-        return signal.default_int_handler
+        return signal.default_int_handler, on_request
 
     def when_orphaned(signum, frame):
-        if os.getppid() != parent:
+        if asked or os.getppid() != parent:
             raise KeyboardInterrupt
 
-    return when_orphaned
+    return when_orphaned, on_request
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,25 +66,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("stage")
     parser.add_argument("--error-file", type=Path, required=True)
     args = parser.parse_args(argv)
-    handler = interrupt_handler(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, os.getppid())
+    on_int, on_term = interrupt_handlers(
+        signal.getsignal(signal.SIGINT) is signal.SIG_IGN, os.getppid()
+    )
+    handlers = {signal.SIGINT: on_int, signal.SIGTERM: on_term}
     # A Ctrl-C in the seconds JAX takes to import is noted, not raised: raised inside jaxlib's
     # C++ module set-up it would abort the process with a C++ traceback. Then: exit code 130.
     noted = []
 
     def note(signum, frame):
         try:
-            handler(signum, frame)
+            handlers[signum](signum, frame)
         except KeyboardInterrupt:
             noted.append(True)
 
-    signal.signal(signal.SIGINT, note)
+    for signum in handlers:
+        signal.signal(signum, note)
     stop_with_parent()
     from data import atomic
     from experiments import cli, workflow
     from experiments import config as config_lib
     from experiments.layout import RunLayout
 
-    signal.signal(signal.SIGINT, handler)
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
     cli.keep_interrupts()
     if noted:
         return 130

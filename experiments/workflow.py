@@ -185,11 +185,14 @@ class _StageProcess:
         return self._process.poll()
 
     def interrupt(self, grace: float = 2.0) -> None:
-        # A Ctrl-C at the terminal reaches it too (the same process group): one interrupt only.
+        # A Ctrl-C at the terminal reaches it too (the same process group): `grace` seconds to
+        # stop by that one; then SIGTERM, which the worker honours as a Ctrl-C even where it
+        # ignores SIGINT (a background job), and which a checkpoint save in flight holds as it
+        # holds the first Ctrl-C, never taking it for a second.
         try:
             self._process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            self._process.send_signal(signal.SIGINT)
+            self._process.send_signal(signal.SIGTERM)
 
     def wait(self, timeout: float = 300.0) -> int:
         try:

@@ -32,25 +32,35 @@ def deferred_interrupt() -> Iterator[None]:
     A KeyboardInterrupt inside orbax's save or wait leaves its writer threads running into
     interpreter shutdown, and each logs a traceback (about 100 lines per Ctrl-C) and may leave a
     half-written step behind. Finishing the save first costs milliseconds to seconds.
+
+    Where SIGTERM has a Python handler (a pipeline's stage worker: its pipeline's request to stop,
+    honoured as a Ctrl-C), it is held as well, but never counts as the second Ctrl-C: the pipeline
+    sends it a few seconds after the Ctrl-C that reached both, while the save may still run.
     """
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: h for s in (signal.SIGINT, signal.SIGTERM) if callable(h := signal.getsignal(s))}
+    if signal.SIGINT not in previous:
         yield
         return
     held = []
 
     def hold(signum, frame):
-        if held:
-            previous(signum, frame)
+        if signum == signal.SIGINT and any(s == signal.SIGINT for s, _ in held):
+            previous[signum](signum, frame)
         held.append((signum, frame))
 
-    signal.signal(signal.SIGINT, hold)
+    for s in previous:
+        signal.signal(s, hold)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
         if held:
-            previous(*held[0])  # default handler: raises KeyboardInterrupt here
+            signum, frame = held[0]
+            previous[signum](signum, frame)  # a Ctrl-C's handler: raises KeyboardInterrupt here
 
 
 @contextlib.contextmanager

@@ -260,29 +260,35 @@ def test_a_stage_process_is_interrupted_when_the_pipeline_dies(tmp_path):
 
 
 def test_a_stage_process_started_with_sigint_ignored_stops_only_with_the_pipeline(tmp_path):
-    """interrupt_handler: a stage process whose pipeline ignores SIGINT (a background job of a
+    """interrupt_handlers: a stage process whose pipeline ignores SIGINT (a background job of a
     shell script) carries on through a Ctrl-C as its pipeline does, and is still interrupted by
-    stop_with_parent's SIGINT once the pipeline is killed; one not ignoring it stops at once."""
+    stop_with_parent's SIGINT once the pipeline is killed, or by any SIGINT once its pipeline has
+    asked it to stop (SIGTERM); one not ignoring SIGINT stops at once."""
     import os
     import signal
     import subprocess
     import sys
 
-    from experiments.stage_worker import interrupt_handler
+    from experiments.stage_worker import interrupt_handlers
 
-    assert interrupt_handler(False, os.getppid()) is signal.default_int_handler
+    assert interrupt_handlers(False, os.getppid())[0] is signal.default_int_handler
+    on_int, on_term = interrupt_handlers(True, os.getppid())
     try:  # its pipeline is alive (caught: an uncaught KeyboardInterrupt would stop pytest)
-        interrupt_handler(True, os.getppid())(signal.SIGINT, None)
+        on_int(signal.SIGINT, None)
     except KeyboardInterrupt:
         pytest.fail("a Ctrl-C interrupted a stage whose pipeline ignores it")
     with pytest.raises(KeyboardInterrupt):
-        interrupt_handler(True, -1)(signal.SIGINT, None)  # its pipeline is gone
+        interrupt_handlers(True, -1)[0](signal.SIGINT, None)  # its pipeline is gone
+    with pytest.raises(KeyboardInterrupt):
+        on_term(signal.SIGTERM, None)  # its pipeline asks it to stop
+    with pytest.raises(KeyboardInterrupt):  # as cli.keep_interrupts hands it back
+        on_int(signal.SIGINT, None)
 
     child = (
         "import os, pathlib, signal, time\n"
-        "from experiments.stage_worker import interrupt_handler, stop_with_parent\n"
+        "from experiments.stage_worker import interrupt_handlers, stop_with_parent\n"
         "ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
-        "signal.signal(signal.SIGINT, interrupt_handler(ignored, os.getppid()))\n"
+        "signal.signal(signal.SIGINT, interrupt_handlers(ignored, os.getppid())[0])\n"
         "stop_with_parent()\n"
         "pathlib.Path('pid').write_text(str(os.getpid()))\n"
         "pathlib.Path('ready').touch()\n"
@@ -306,6 +312,44 @@ def test_a_stage_process_started_with_sigint_ignored_stops_only_with_the_pipelin
     (tmp_path / "go").touch()  # the pipeline is killed
     pipeline.wait(timeout=60)
     assert _appears(tmp_path / "interrupted", tries=3000)
+
+
+def test_a_stage_process_ignoring_sigint_stops_when_its_pipeline_asks(tmp_path):
+    """A stage worker started with SIGINT ignored (its pipeline a background job) and training,
+    asked to stop as the pipeline asks when the stage beside it fails (_StageProcess.interrupt),
+    stops at once as by a Ctrl-C (exit 130, its checkpoints kept), not after the pipeline's
+    300 s wait and a SIGKILL."""
+    import dataclasses
+    import signal
+
+    from experiments import stages
+    from experiments.layout import RunLayout
+    from experiments.workflow import _StageProcess, build_stages
+
+    cfg = config.load_preset("tiny")
+    cfg = dataclasses.replace(cfg, rqvae=dataclasses.replace(cfg.rqvae, num_steps=1_000_000))
+    layout = RunLayout(tmp_path / "w")
+    stages.prepare(cfg, layout, progress=False)
+    tokenizer = build_stages(cfg, layout, progress=False)[0]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the worker
+    try:
+        worker = _StageProcess(cfg, layout, tokenizer)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    checkpoints = layout.tokenizer / "checkpoints"
+    try:
+        for _ in range(6000):  # training: its first checkpoint written
+            if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
+                break
+            assert worker.poll() is None, worker.error()
+            time.sleep(0.01)
+        start = time.perf_counter()
+        worker.interrupt(grace=0.5)
+        assert worker.wait(timeout=60) == 130
+        assert time.perf_counter() - start < 30
+    finally:
+        worker.wait(timeout=0.1)  # SIGKILL if still running
+    assert any(p.name.isdigit() for p in checkpoints.iterdir())
 
 
 @pytest.mark.parametrize(

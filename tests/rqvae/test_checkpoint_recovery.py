@@ -114,3 +114,47 @@ def test_a_second_ctrl_c_interrupts_at_once():
             order.append("not reached")
     assert order == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.fixture
+def sigterm_as_ctrl_c():
+    """SIGTERM handled as a pipeline's stage worker handles it: a KeyboardInterrupt."""
+
+    def request(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, request)
+    yield request
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_pipelines_request_after_a_ctrl_c_is_not_a_second_ctrl_c(sigterm_as_ctrl_c):
+    """A Ctrl-C reaches a stage worker and its pipeline; the pipeline's SIGTERM follows while the
+    save still runs: held too, the save finishes, then one KeyboardInterrupt."""
+    order = []
+    with pytest.raises(KeyboardInterrupt):
+        with checkpoint.deferred_interrupt():
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGTERM)
+            order.append("save finished")
+    assert order == ["save finished"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) is sigterm_as_ctrl_c
+
+
+def test_the_pipelines_request_alone_is_held_and_a_ctrl_c_after_it_too(sigterm_as_ctrl_c):
+    order = []
+    with pytest.raises(KeyboardInterrupt):
+        with checkpoint.deferred_interrupt():
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGINT)  # the first Ctrl-C: held as well
+            order.append("save finished")
+    assert order == ["save finished"]
+    with pytest.raises(KeyboardInterrupt):  # two Ctrl-Cs after it: the second one at once
+        with checkpoint.deferred_interrupt():
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+            order.append("not reached")
+    assert order == ["save finished"]
+    assert signal.getsignal(signal.SIGTERM) is sigterm_as_ctrl_c
