@@ -1,7 +1,8 @@
 """The `genret` command: one subcommand per module with add_arguments(parser) and run(args).
 
 Every failure is one line on stderr and a non-zero exit: 1 for an error, 2 for bad usage, 130 for
-Ctrl-C; `--debug` shows the traceback instead.
+Ctrl-C, 143 for SIGTERM (`kill`, a scheduler's preemption: stopped as by Ctrl-C); `--debug` shows
+the traceback instead.
 """
 
 import argparse
@@ -122,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     new_workdir = workdir is not None and not workdir.exists()
     try:
         result = module.run(args)
+    except Terminated:
+        print(
+            f"genret {name}: stopped by SIGTERM; rerun the same command to resume", file=sys.stderr
+        )
+        return 143
     except KeyboardInterrupt:
         print(f"genret {name}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
@@ -144,10 +150,28 @@ def main(argv: list[str] | None = None) -> int:
     return int(result or 0)
 
 
-def _interrupt_main_thread() -> None:
-    """SIGINT to the main thread, as Ctrl-C sends it (a sleep or a wait there ends at once)."""
-    if callable(signal.getsignal(signal.SIGINT)):
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as a Ctrl-C (stop_on_sigterm)."""
+
+
+def _terminated(signum, frame):
+    raise Terminated
+
+
+def stop_on_sigterm() -> None:
+    """Makes SIGTERM (`kill`, a batch scheduler's preemption or time limit) stop the command as
+    Ctrl-C does: a checkpoint save in flight finishes first (rqvae.checkpoint.deferred_interrupt
+    holds it), stages running beside the pipeline stop with it, and the command says so in one
+    line and exits with 143. Without this, SIGTERM ends the process at once, mid-save too. A
+    SIGTERM ignored from the start stays ignored."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
+
+
+def _interrupt_main_thread(signum: int = signal.SIGINT) -> None:
+    """`signum` to the main thread, as Ctrl-C sends SIGINT (a sleep or wait there ends at once)."""
+    if callable(signal.getsignal(signum)):
+        signal.pthread_kill(threading.main_thread().ident, signum)
 
 
 def keep_interrupts() -> None:
@@ -158,14 +182,18 @@ def keep_interrupts() -> None:
     (jax._src.lib._xla_gc_callback), so a Ctrl-C lands in one now and then. The hook hands the
     interrupt back to the main thread a few milliseconds later, from another thread, once the
     callback has returned (signalled at once, it would land in this hook, where Python cannot
-    raise either); it is then raised, or held by a checkpoint save, as any other Ctrl-C. Every
-    other unraisable exception is reported as before.
+    raise either); it is then raised, or held by a checkpoint save, as any other Ctrl-C (a SIGTERM
+    taken as one, stop_on_sigterm, comes back as SIGTERM). Every other unraisable exception is
+    reported as before.
     """
     previous = sys.unraisablehook
 
     def hook(unraisable) -> None:
         if issubclass(unraisable.exc_type, KeyboardInterrupt):
-            threading.Timer(0.01, _interrupt_main_thread).start()
+            signum = (
+                signal.SIGTERM if issubclass(unraisable.exc_type, Terminated) else signal.SIGINT
+            )
+            threading.Timer(0.01, _interrupt_main_thread, (signum,)).start()
         else:
             previous(unraisable)
 
@@ -173,7 +201,7 @@ def keep_interrupts() -> None:
 
 
 def console() -> None:
-    """The `genret` executable: main(), and after a Ctrl-C a prompt exit.
+    """The `genret` executable: main(), and after a Ctrl-C or SIGTERM a prompt exit.
 
     XLA may still be compiling in a thread when Ctrl-C lands; a normal interpreter shutdown then
     destroys JAX's client under it and segfaults. Checkpoints are complete by now (saves hold the
@@ -186,11 +214,12 @@ def console() -> None:
     hugepages.restart_with_hugepages()
     xla_cache.enable()
     keep_interrupts()
+    stop_on_sigterm()
     code = main()
-    if code == 130:
+    if code in (130, 143):
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(130)
+        os._exit(code)
     sys.exit(code)
 
 

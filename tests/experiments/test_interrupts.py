@@ -39,3 +39,65 @@ def test_other_unraisable_exceptions_reach_the_previous_hook(monkeypatch):
 
     Finalized()  # dropped at once: its __del__'s error is unraisable
     assert seen == [ValueError]
+
+
+def _raise_terminated_in_gc(phase, info):
+    if phase == "start":
+        raise cli.Terminated
+
+
+def test_a_sigterm_inside_a_gc_callback_comes_back_as_sigterm(monkeypatch):
+    """stop_on_sigterm's interrupt, landing where Python cannot raise, is handed back as SIGTERM
+    (exit 143), not as a Ctrl-C (130), and not lost where Ctrl-C is ignored."""
+    import signal
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    previous = signal.signal(signal.SIGTERM, cli._terminated)
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job's
+    cli.keep_interrupts()
+    gc.callbacks.append(_raise_terminated_in_gc)
+    try:
+        with pytest.raises(cli.Terminated):
+            gc.collect()
+            time.sleep(5)
+    finally:
+        gc.callbacks.remove(_raise_terminated_in_gc)
+        signal.signal(signal.SIGINT, ignored)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_stops_a_command_as_ctrl_c_does(tmp_path):
+    """`kill` (SIGTERM) to a training `genret` command: one line, exit 143, checkpoints kept, and
+    the same command resumes; without stop_on_sigterm the process would die at once, mid-save
+    too, and say nothing."""
+    import signal
+    import subprocess
+
+    genret = [sys.executable, "-m", "experiments.cli"]
+    workdir = str(tmp_path / "w")
+    prepare = [*genret, "prepare", "--dataset", "synthetic", "--config", "tiny"]
+    subprocess.run([*prepare, "--workdir", workdir, "--no-progress"], check=True)
+    train = [*genret, "train-tokenizer", "--workdir", workdir, "--no-progress"]
+    command = subprocess.Popen(
+        [*train, "--set", "rqvae.num_steps=1000000"], stderr=subprocess.PIPE, text=True
+    )
+    checkpoints = tmp_path / "w" / "tokenizer" / "checkpoints"
+    try:
+        for _ in range(6000):  # training: its first checkpoint written
+            if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
+                break
+            assert command.poll() is None
+            time.sleep(0.01)
+        command.send_signal(signal.SIGTERM)
+        code = command.wait(timeout=60)
+        assert code == 143, command.stderr.read()
+    finally:
+        command.kill()
+    lines = command.stderr.read().strip().splitlines()
+    assert lines[-1].startswith("genret train-tokenizer: stopped by SIGTERM"), lines
+    steps = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit())
+    assert steps
+    again = subprocess.run(
+        [*train, "--set", f"rqvae.num_steps={steps[-1] + 100}"], capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr
