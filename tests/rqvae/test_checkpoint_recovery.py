@@ -128,33 +128,30 @@ def sigterm_as_ctrl_c():
     signal.signal(signal.SIGTERM, previous)
 
 
-def test_the_pipelines_request_after_a_ctrl_c_is_not_a_second_ctrl_c(sigterm_as_ctrl_c):
-    """A Ctrl-C reaches a stage worker and its pipeline; the pipeline's SIGTERM follows while the
-    save still runs: held too, the save finishes, then one KeyboardInterrupt."""
+INT, TERM = signal.SIGINT, signal.SIGTERM
+
+
+@pytest.mark.parametrize(
+    "signals, finished",
+    [
+        ((INT, TERM), True),  # Ctrl-C to the worker and its pipeline, the pipeline's SIGTERM after
+        ((TERM,), True),  # the pipeline's request alone (a stage beside it failed)
+        ((TERM, INT), True),  # then the first Ctrl-C: held too
+        ((TERM, INT, INT), False),  # a second Ctrl-C: at once
+        ((INT, TERM, INT), False),
+    ],
+)
+def test_the_pipelines_request_is_held_and_never_a_second_ctrl_c(
+    sigterm_as_ctrl_c, signals, finished
+):
+    """A stage worker's SIGTERM during a save: held like the first Ctrl-C, then one
+    KeyboardInterrupt; only a second Ctrl-C interrupts the save."""
     order = []
     with pytest.raises(KeyboardInterrupt):
         with checkpoint.deferred_interrupt():
-            signal.raise_signal(signal.SIGINT)
-            signal.raise_signal(signal.SIGTERM)
+            for signum in signals:
+                signal.raise_signal(signum)
             order.append("save finished")
-    assert order == ["save finished"]
+    assert order == (["save finished"] if finished else [])
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert signal.getsignal(signal.SIGTERM) is sigterm_as_ctrl_c
-
-
-def test_the_pipelines_request_alone_is_held_and_a_ctrl_c_after_it_too(sigterm_as_ctrl_c):
-    order = []
-    with pytest.raises(KeyboardInterrupt):
-        with checkpoint.deferred_interrupt():
-            signal.raise_signal(signal.SIGTERM)
-            signal.raise_signal(signal.SIGINT)  # the first Ctrl-C: held as well
-            order.append("save finished")
-    assert order == ["save finished"]
-    with pytest.raises(KeyboardInterrupt):  # two Ctrl-Cs after it: the second one at once
-        with checkpoint.deferred_interrupt():
-            signal.raise_signal(signal.SIGTERM)
-            signal.raise_signal(signal.SIGINT)
-            signal.raise_signal(signal.SIGINT)
-            order.append("not reached")
-    assert order == ["save finished"]
     assert signal.getsignal(signal.SIGTERM) is sigterm_as_ctrl_c
