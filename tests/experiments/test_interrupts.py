@@ -67,9 +67,9 @@ def test_a_sigterm_inside_a_gc_callback_comes_back_as_sigterm(monkeypatch):
 
 
 def test_sigterm_stops_a_command_as_ctrl_c_does(tmp_path):
-    """`kill` (SIGTERM) to a training `genret` command: one line, exit 143, checkpoints kept, and
-    the same command resumes; without stop_on_sigterm the process would die at once, mid-save
-    too, and say nothing."""
+    """`kill` (SIGTERM) to a training `genret` command: one line, exit 143, its checkpoints kept
+    (that a kept checkpoint resumes exactly: tests/rqvae); without stop_on_sigterm the process
+    would die at once, mid-save too, and say nothing."""
     import signal
     import subprocess
 
@@ -97,7 +97,3 @@ def test_sigterm_stops_a_command_as_ctrl_c_does(tmp_path):
     assert lines[-1].startswith("genret train-tokenizer: stopped by SIGTERM"), lines
     steps = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit())
     assert steps
-    again = subprocess.run(
-        [*train, "--set", f"rqvae.num_steps={steps[-1] + 100}"], capture_output=True, text=True
-    )
-    assert again.returncode == 0, again.stderr
