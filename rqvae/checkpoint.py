@@ -33,15 +33,16 @@ def deferred_interrupt() -> Iterator[None]:
     interpreter shutdown, and each logs a traceback (about 100 lines per Ctrl-C) and may leave a
     half-written step behind. Finishing the save first costs milliseconds to seconds.
 
-    Where SIGTERM has a Python handler (a pipeline's stage worker: its pipeline's request to stop,
-    honoured as a Ctrl-C), it is held as well, but never counts as the second Ctrl-C: the pipeline
-    sends it a few seconds after the Ctrl-C that reached both, while the save may still run.
+    Where SIGTERM has a Python handler (`genret`, cli.stop_on_sigterm; a pipeline's stage worker,
+    for its pipeline's request to stop), it is held as well, also where Ctrl-C is ignored (a
+    background job), but never counts as the second Ctrl-C: a pipeline sends it a few seconds after
+    the Ctrl-C that reached both, while the save may still run.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {s: h for s in (signal.SIGINT, signal.SIGTERM) if callable(h := signal.getsignal(s))}
-    if signal.SIGINT not in previous:
+    if not previous:
         yield
         return
     held = []

@@ -155,3 +155,20 @@ def test_the_pipelines_request_is_held_and_never_a_second_ctrl_c(
     assert order == (["save finished"] if finished else [])
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.getsignal(signal.SIGTERM) is sigterm_as_ctrl_c
+
+
+def test_sigterm_is_held_where_ctrl_c_is_ignored(sigterm_as_ctrl_c):
+    """A `genret` run as a background job (SIGINT ignored) that gets SIGTERM mid-save."""
+    order = []
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with checkpoint.deferred_interrupt():
+                signal.raise_signal(signal.SIGINT)  # ignored
+                signal.raise_signal(signal.SIGTERM)
+                order.append("save finished")
+        assert order == ["save finished"]
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is sigterm_as_ctrl_c
+    finally:
+        signal.signal(signal.SIGINT, ignored)
