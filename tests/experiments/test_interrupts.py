@@ -83,7 +83,7 @@ def test_sigterm_stops_a_command_as_ctrl_c_does(tmp_path):
     )
     checkpoints = tmp_path / "w" / "tokenizer" / "checkpoints"
     try:
-        for _ in range(6000):  # training: its first checkpoint written
+        for _ in range(18000):  # training: its first checkpoint written (3 min at most)
             if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
                 break
             assert command.poll() is None
