@@ -113,9 +113,8 @@ class SeqModelConfig:
     # target's prefix, weighted by their pair counts. 0: the plain log-likelihood.
     cooc_distill: float = 0.0
     # 128 instead of 32 (the teacher then sees 98% of the training transitions, not 80%) gave one
-    # retriever Beauty validation Recall@10 / NDCG@10 9.51 / 5.30 against 9.53 / 5.32 (loop 738 s
-    # against 663 s, two runs)
-    # (docs/RESULTS.md, session 57): the presets keep 32.
+    # retriever Beauty validation Recall@10 / NDCG@10 9.51 / 5.30 against 9.53 / 5.32, its loop
+    # 738 s against 663 s (docs/RESULTS.md, session 57): the presets keep 32.
     cooc_neighbors: int = 32
     # arch=item only: > 0 adds, with this weight, -log(1 - p(the item just read)) at every target
     # (unlikelihood on repeats: seqmodel.item_model.target_and_repeat_logits), for data that never
