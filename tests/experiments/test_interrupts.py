@@ -8,6 +8,7 @@ import time
 import pytest
 
 from experiments import cli
+from tests.experiments.helpers import wait_for_checkpoint
 
 
 def _raise_in_gc(phase, info):
@@ -83,11 +84,11 @@ def test_sigterm_stops_a_command_as_ctrl_c_does(tmp_path):
     )
     checkpoints = tmp_path / "w" / "tokenizer" / "checkpoints"
     try:
-        for _ in range(18000):  # training: its first checkpoint written (3 min at most)
-            if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
-                break
-            assert command.poll() is None
-            time.sleep(0.01)
+
+        def running():
+            assert command.poll() is None, command.stderr.read()
+
+        wait_for_checkpoint(checkpoints, running)
         command.send_signal(signal.SIGTERM)
         code = command.wait(timeout=60)
         assert code == 143, command.stderr.read()

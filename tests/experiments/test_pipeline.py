@@ -9,6 +9,7 @@ import pytest
 
 from data import atomic, prepared
 from experiments import cli, config
+from tests.experiments.helpers import wait_for_checkpoint
 
 
 def _count_calls(monkeypatch, module, name: str, calls: list, only=lambda *a, **k: True):
@@ -338,11 +339,11 @@ def test_a_stage_process_ignoring_sigint_stops_when_its_pipeline_asks(tmp_path):
         signal.signal(signal.SIGINT, previous)
     checkpoints = layout.tokenizer / "checkpoints"
     try:
-        for _ in range(18000):  # training: its first checkpoint written (3 min at most)
-            if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
-                break
+
+        def running():
             assert worker.poll() is None, worker.error()
-            time.sleep(0.01)
+
+        wait_for_checkpoint(checkpoints, running)
         start = time.perf_counter()
         worker.interrupt(grace=0.5)
         assert worker.wait(timeout=60) == 130
