@@ -83,11 +83,11 @@ def test_sigterm_stops_a_command_as_ctrl_c_does(tmp_path):
         [*train, "--set", "rqvae.num_steps=1000000"], stderr=subprocess.PIPE, text=True
     )
     checkpoints = tmp_path / "w" / "tokenizer" / "checkpoints"
+
+    def running():
+        assert command.poll() is None, command.stderr.read()
+
     try:
-
-        def running():
-            assert command.poll() is None, command.stderr.read()
-
         wait_for_checkpoint(checkpoints, running)
         command.send_signal(signal.SIGTERM)
         code = command.wait(timeout=60)

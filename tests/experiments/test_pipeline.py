@@ -338,11 +338,11 @@ def test_a_stage_process_ignoring_sigint_stops_when_its_pipeline_asks(tmp_path):
     finally:
         signal.signal(signal.SIGINT, previous)
     checkpoints = layout.tokenizer / "checkpoints"
+
+    def running():
+        assert worker.poll() is None, worker.error()
+
     try:
-
-        def running():
-            assert worker.poll() is None, worker.error()
-
         wait_for_checkpoint(checkpoints, running)
         start = time.perf_counter()
         worker.interrupt(grace=0.5)
