@@ -5,7 +5,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 
 from experiments import cli
 from rqvae import load_sids
+from tests.experiments.helpers import wait_for_checkpoint
 
 FAST = ["--config", "tiny", "--set", "rqvae.num_steps=30", "--no-progress"]
 
@@ -80,13 +80,15 @@ def test_killed_process_resumes_to_the_same_sids(prepared_workdir, tmp_path):
     cmd = [sys.executable, "-m", "experiments.cli", "train-tokenizer", "--workdir", str(w), *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpts = w / "tokenizer" / "checkpoints"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if any(p.name.isdigit() for p in ckpts.glob("*")):
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+
+    def running():
+        assert proc.poll() is None, "ended before its first checkpoint: no resume to test"
+
+    try:
+        wait_for_checkpoint(ckpts, running, limit_s=120)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     assert not (w / "tokenizer" / "sids.npy").exists(), "killed too late to test a resume"
     assert cli.main(["train-tokenizer", "--workdir", str(w), *args, "--no-progress"]) == 0
     metrics = json.loads((w / "tokenizer" / "metrics.json").read_text())
