@@ -43,10 +43,20 @@ ties with the 1,000-user records; Sports pipeline seeds 0-2, sessions 38-42, whe
 retrievers had stopped early on 1,000 users). docs/RESULTS.md, "Sports with the 10,000-user
 holdout".
 
+Session 60: each retriever trains at batch 64 (`seqmodel.batch_size=64`, validated every 342 steps,
+the same 21,888 examples between validations as 171 steps of 128). Chosen on Beauty's full
+validation split in session 58 for the four-retriever ensemble (runs/logs/s58_rules.txt, R1):
+Recall@5 / NDCG@5 / Recall@10 / NDCG@10 6.98 / 4.77 / 10.39 / 5.87% against 6.67 / 4.57 / 10.20 /
+5.71% at batch 128 (one retriever alone: a tie on Recall@10, NDCG about 0.1 higher). Made the
+preset after Toys and Sports ran with it at three pipeline seeds (sessions 58-60; their test
+numbers did not choose it) and Beauty's four loops took 56.0 minutes on the AMD EPYC with
+AVX-512 (about 1.34 times that on the Intel machine measured before: past 60 there).
+
 Command: `genret pipeline --dataset beauty --config beauty_item_cf --workdir W` (results/warm.json).
-Test Recall@5 / NDCG@5 / Recall@10 / NDCG@10 5.09 / 3.50 / 7.96 / 4.42% (session 40, Intel
-processor; TIGER: 4.54 / 3.21 / 6.48 / 3.84); with the 1,000-user holdout (session 26, AMD) 5.16 /
-3.55 / 7.89 / 4.43%; the three retrievers before session 26: 4.80 / 3.35 / 7.50 / 4.22%.
+Test Recall@5 / NDCG@5 / Recall@10 / NDCG@10 5.35 / 3.72 / 8.06 / 4.59% (session 60, AMD EPYC
+with AVX-512; TIGER: 4.54 / 3.21 / 6.48 / 3.84); at batch 128 5.09 / 3.50 / 7.96 / 4.42% (session
+40, Intel; again on the AMD EPYC in session 56); with the 1,000-user holdout (session 26, AMD)
+5.16 / 3.55 / 7.89 / 4.43%; the three retrievers before session 26: 4.80 / 3.35 / 7.50 / 4.22%.
 docs/RESULTS.md, lead tables; training time in docs/BENCHMARKS.md.
 """
 
@@ -57,15 +67,21 @@ from experiments.configs import beauty, beauty_item
 
 
 def collaborative(cfg: Config) -> Config:
-    """`cfg` with `beauty_item`'s retriever at dropout 0.3 with the co-occurrence teacher,
-    co-occurrence SIDs of 256 codes per level, checkpoints chosen on 10,000 validation users,
-    four leave-one-out seeds ensembled, and no cold-start stages (the leave-one-out preset)."""
+    """`cfg` with `beauty_item`'s retriever at dropout 0.3 with the co-occurrence teacher and
+    batch 64, co-occurrence SIDs of 256 codes per level, checkpoints chosen on 10,000 validation
+    users, four leave-one-out seeds ensembled, and no cold-start stages (the leave-one-out
+    preset)."""
     cfg = beauty_item.item_retriever(cfg)
     return dataclasses.replace(
         cfg,
         rqvae=dataclasses.replace(cfg.rqvae, cf_dim=64, codebook_size=256),
         seqmodel=dataclasses.replace(
-            cfg.seqmodel, dropout=0.3, cooc_distill=0.5, eval_users=10_000
+            cfg.seqmodel,
+            dropout=0.3,
+            cooc_distill=0.5,
+            eval_users=10_000,
+            batch_size=64,
+            eval_every=342,  # twice `beauty_4x128`'s 171: a validation per 21,888 examples
         ),
         eval=dataclasses.replace(
             cfg.eval,

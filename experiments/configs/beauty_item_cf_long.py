@@ -13,6 +13,8 @@ Session 25 (a GPU sweep, one seed each, Beauty's full validation split): none of
 learning rate 2e-3, a 50-item window, 6 layers, teacher weight 0.7, 45 epochs (at lr 1e-3 or 5e-4)
 or 2,000 warm-up steps beat this recipe by the 0.2 points its rule asked (docs/RESULTS.md, "One
 change at a time to the `-long` recipe").
+Since session 60 its retrievers train at batch 64, as `beauty_item_cf`'s (six batch-64 retrievers
+have not been measured; the numbers above are batch 128's).
 Command: `genret pipeline --dataset beauty --config beauty_item_cf_long --workdir W`.
 """
 
