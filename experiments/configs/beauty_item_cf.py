@@ -48,9 +48,10 @@ the same 21,888 examples between validations as 171 steps of 128). Chosen on Bea
 validation split in session 58 for the four-retriever ensemble (runs/logs/s58_rules.txt, R1):
 Recall@5 / NDCG@5 / Recall@10 / NDCG@10 6.98 / 4.77 / 10.39 / 5.87% against 6.67 / 4.57 / 10.20 /
 5.71% at batch 128 (one retriever alone: a tie on Recall@10, NDCG about 0.1 higher). Made the
-preset after Toys and Sports ran with it at three pipeline seeds (sessions 58-60; their test
-numbers did not choose it) and Beauty's four loops took 56.0 minutes on the AMD EPYC with
-AVX-512 (about 1.34 times that on the Intel machine measured before: past 60 there).
+preset after Toys ran with it at three pipeline seeds and Sports at two (sessions 58-60; Sports'
+third ran after the change, runs/logs/s60_rules.txt R5; their test numbers did not choose it),
+and after Beauty's four loops took 56.0 minutes on the AMD EPYC with AVX-512 (about 1.34 times
+that on the Intel machine measured before: past 60 there).
 
 Command: `genret pipeline --dataset beauty --config beauty_item_cf --workdir W` (results/warm.json).
 Test Recall@5 / NDCG@5 / Recall@10 / NDCG@10 5.35 / 3.72 / 8.06 / 4.59% (session 60, AMD EPYC
