@@ -56,10 +56,10 @@ that on the Intel machine measured before: past 60 there).
 Command: `genret pipeline --dataset beauty --config beauty_item_cf --workdir W` (results/warm.json).
 Test Recall@5 / NDCG@5 / Recall@10 / NDCG@10 5.35 / 3.72 / 8.06 / 4.59% (session 60, AMD EPYC
 with AVX-512, and again to the digit from an empty work directory in session 61; TIGER: 4.54 /
-3.21 / 6.48 / 3.84); pipeline seed 1 (session 61) 5.48 / 3.85 / 8.04 / 4.66%; at batch 128
-5.09 / 3.50 / 7.96 / 4.42% (session 40, Intel; again on the AMD EPYC in session 56); with the
-1,000-user holdout (session 26, AMD) 5.16 / 3.55 / 7.89 / 4.43%; the three retrievers before
-session 26: 4.80 / 3.35 / 7.50 / 4.22%.
+3.21 / 6.48 / 3.84); over pipeline seeds 0-2 (sessions 60-62) 5.44 / 3.78 / 8.08 / 4.62%; at
+batch 128 5.09 / 3.50 / 7.96 / 4.42% (session 40, Intel; again on the AMD EPYC in session 56);
+with the 1,000-user holdout (session 26, AMD) 5.16 / 3.55 / 7.89 / 4.43%; the three retrievers
+before session 26: 4.80 / 3.35 / 7.50 / 4.22%.
 docs/RESULTS.md, lead tables; training time in docs/BENCHMARKS.md.
 """
 
