@@ -49,7 +49,7 @@ def get_config() -> Config:
     # neighbour 6.33 / 23.49 / 13.73, the prior re-chosen for their cosines at weight 16,
     # temperature 0.1: 6.46 / 23.45 / 13.73 (three users above the neighbour's Recall@1).
     # Leave-one-out: the `beauty_item_cf` preset in WORKDIR/loo (its own collaborative SIDs, an
-    # item-level retriever, three seeds; docs/RESULTS.md, lead tables). One work directory holds
+    # item-level retriever, four seeds; docs/RESULTS.md, lead tables). One work directory holds
     # one tokenizer, and these 64-code text SIDs are the cold-start ones.
     ev = dataclasses.replace(
         cfg.eval,
