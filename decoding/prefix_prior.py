@@ -7,7 +7,7 @@ finished beam gets weight * log p(item | row): the ranking of a product of the m
 the prior, while every level prunes by the prior mass still reachable under each prefix.
 
 Cold-start use: the prior is the content neighbour's softmax over the cold items, per user
-(experiments.retrieval_eval), so STATIC's beams see the item text the retriever never trained on.
+(the cold-start evaluation), so STATIC's beams see the item text the retriever never trained on.
 
 `PrefixTable` numbers the prefixes (root 0, then every distinct prefix of length 1 .. L); its
 dense child table [P, V] suits item sets of a few thousand SIDs, such as a cold-start set.

@@ -1,4 +1,5 @@
-"""The `genret` command: one subcommand per module with add_arguments(parser) and run(args).
+"""The `genret` command: `genret X` runs experiments/commands/X.py (dashes become underscores),
+a module with add_arguments(parser) and run(args).
 
 Every failure is one line on stderr and a non-zero exit: 1 for an error, 2 for bad usage, 130 for
 Ctrl-C, 143 for SIGTERM (`kill`, a scheduler's preemption: stopped as by Ctrl-C); `--debug` shows
@@ -7,6 +8,7 @@ the traceback instead.
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import shutil
 import signal
@@ -16,56 +18,59 @@ from pathlib import Path
 
 from data.errors import GenretError
 
-# name -> (module, one-line help). Modules are imported only when their command runs.
-COMMANDS = {
-    "prepare": ("experiments.prepare", "read raw review/meta files and write the prepared dataset"),
-    "data-stats": ("experiments.data_stats", "print dataset and cold-start statistics as JSON"),
-    "train-tokenizer": (
-        "experiments.train_tokenizer",
-        "embed item texts, train RQ-VAE, write SIDs",
-    ),
-    "train-retriever": ("experiments.train_retriever", "train the decoder retriever on a split"),
-    "eval-cold-start": ("experiments.eval_cold_start", "cold-start Recall@K, 3 methods"),
-    "eval-baselines": (
-        "experiments.eval_baselines",
-        "model-free cold-start baselines (random, content neighbour); no retriever needed",
-    ),
-    "eval-warm": ("experiments.eval_warm", "leave-one-out Recall/NDCG@5/10 (the TIGER benchmark)"),
-    "train-draft": (
-        "experiments.train_draft",
-        "train a NEZHA draft head on a frozen trained retriever",
-    ),
-    "bench-decode": (
-        "experiments.bench_decode",
-        "latency and quality per user: beam search vs the draft decoders",
-    ),
-    "bench-train": (
-        "experiments.bench_train",
-        "retriever training speed: ms/step, tokens/s, s/epoch per layout and size",
-    ),
-    "bench-membership": (
-        "experiments.bench_membership",
-        "SID membership on device: hash set vs STATIC vs sorted binary search",
-    ),
-    "report": ("experiments.report_cmd", "write results/report.md from the results present"),
-    "sasrec": ("experiments.sasrec_cmd", "the SASRec baseline: train, rank leave-one-out"),
-    "diagnose": (
-        "experiments.diagnose",
-        "validation-only tuning diagnostics: per-level accuracy, ensembles, prior correction",
-    ),
-    "pipeline": ("experiments.pipeline", "prepare, tokenizer, retrievers, evaluations and report"),
-    "bench-constraints": ("experiments.bench_constraints", "latency/memory of constraint methods"),
-    "bench-sweep": ("experiments.bench_sweep", "the paper's latency sweeps + plots"),
-    "bench-labels": ("experiments.bench_labels", "per-step label-set mask vs Python tries"),
-    "bench-live": ("experiments.bench_live", "live index: toggle latency, per-request vs STATIC"),
-    "classify": ("experiments.classify", "item text -> category paths, free vs constrained"),
-    "serve": ("experiments.serve", "HTTP JSON recommendations with live item toggles"),
-    "load-test": ("experiments.load_test", "loopback load test of `genret serve` under toggles"),
+# group -> {command: one-line help}, in the order `genret --help` lists them. Command modules are
+# imported only when their command runs.
+GROUPS = {
+    "pipeline and its stages": {
+        "pipeline": "prepare, tokenizer, retrievers, evaluations and report",
+        "prepare": "read raw review/meta files and write the prepared dataset",
+        "data-stats": "print dataset and cold-start statistics as JSON",
+        "train-tokenizer": "embed item texts, train RQ-VAE, write SIDs",
+        "train-retriever": "train the decoder retriever on a split",
+        "eval-cold-start": "cold-start Recall@K: unconstrained, random, STATIC",
+        "eval-warm": "leave-one-out Recall/NDCG@5/10 (the TIGER benchmark)",
+        "report": "write results/report.md from the results present",
+    },
+    "evaluation and tuning": {
+        "eval-baselines": "model-free cold-start baselines (random, content neighbour)",
+        "sasrec": "the SASRec baseline: train, rank leave-one-out",
+        "diagnose": "validation-only diagnostics: per-level accuracy, ensembles, priors",
+        "train-draft": "train a NEZHA draft head on a frozen trained retriever",
+    },
+    "benchmarks": {
+        "bench-constraints": "latency/memory of constraint methods",
+        "bench-sweep": "the STATIC paper's latency sweeps + plots",
+        "bench-decode": "latency and quality per user: beam search vs the draft decoders",
+        "bench-labels": "per-step label-set mask vs Python tries",
+        "bench-live": "live index: toggle latency, per-request vs STATIC",
+        "bench-membership": "SID membership on device: hash set vs STATIC vs binary search",
+        "bench-train": "retriever training speed: ms/step, tokens/s, s/epoch",
+    },
+    "serving": {
+        "serve": "HTTP JSON recommendations with live item toggles",
+        "load-test": "loopback load test of `genret serve` under toggles",
+    },
+    "tools": {
+        "classify": "item text -> category paths, free vs label-constrained",
+    },
 }
+COMMANDS = {name: text for group in GROUPS.values() for name, text in group.items()}
 
 # Builtin errors that mean bad input, a missing file or a full disk, raised by code outside the
 # project (numpy, orbax, the OS): one line too.
 USER_ERRORS = (GenretError, ValueError, OSError, KeyError, MemoryError, EOFError)
+
+
+def command_module(name: str) -> str:
+    """The module of `genret NAME`."""
+    return "experiments.commands." + name.replace("-", "_")
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("genret")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,13 +81,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    epilog = "commands:\n" + "\n".join(f"  {n:<18} {h}" for n, (_, h) in COMMANDS.items())
+    epilog = "\n\n".join(
+        f"{group}:\n" + "\n".join(f"  {n:<18} {h}" for n, h in cmds.items())
+        for group, cmds in GROUPS.items()
+    )
     p = _Parser(
         prog="genret",
         description="Generative retrieval with STATIC-constrained decoding, in JAX.",
         epilog=epilog + "\n\nRun `genret COMMAND --help` for a command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"genret {version()}")
     p.add_argument("command", choices=list(COMMANDS), metavar="COMMAND")
     return p
 
@@ -104,20 +113,33 @@ def _remove_if_empty(root: Path) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _command_parser(name: str):
+    """The module of `genret NAME` and its argument parser."""
+    module = importlib.import_module(command_module(name))
+    parser = _Parser(
+        prog=f"genret {name}",
+        description=(module.__doc__ or COMMANDS[name]).strip(),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    module.add_arguments(parser)
+    return module, parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The arguments of a `genret` command line (without "genret"), as the command would take
+    them; SystemExit on bad usage. Runs nothing."""
+    if not argv or argv[0] not in COMMANDS:
+        _top_parser().parse_args(argv[:1])
+    return _command_parser(argv[0])[1].parse_args(argv[1:])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         _top_parser().parse_args(argv[:1])
     name, rest = argv[0], argv[1:]
-    module_name, help_text = COMMANDS[name]
-    module = importlib.import_module(module_name)
-    parser = _Parser(
-        prog=f"genret {name}",
-        description=(module.__doc__ or help_text).strip(),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
-    module.add_arguments(parser)
+    module, parser = _command_parser(name)
     args = parser.parse_args(rest)
     workdir = getattr(args, "workdir", None)
     new_workdir = workdir is not None and not workdir.exists()
@@ -206,10 +228,11 @@ def console() -> None:
     XLA may still be compiling in a thread when Ctrl-C lands; a normal interpreter shutdown then
     destroys JAX's client under it and segfaults. Checkpoints are complete by now (saves hold the
     interrupt until committed), so exiting at once loses nothing. Compiled programs are cached
-    on disk for later commands (experiments.xla_cache; GENRET_COMPILE_CACHE=off turns it off),
-    and the heap asks for huge pages (experiments.hugepages; GENRET_HUGEPAGES=off turns it off).
+    on disk for later commands (experiments.runtime.xla_cache; GENRET_COMPILE_CACHE=off turns it
+    off), and the heap asks for huge pages (experiments.runtime.hugepages; GENRET_HUGEPAGES=off
+    turns it off).
     """
-    from experiments import hugepages, xla_cache
+    from experiments.runtime import hugepages, xla_cache
 
     hugepages.restart_with_hugepages()
     xla_cache.enable()

@@ -10,12 +10,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from experiments import hugepages, xla_cache  # import no JAX
+from experiments.runtime import (
+    hugepages,
+    xla_cache,  # import no JAX
+)
 
-# One persistent compilation cache for the run (experiments/xla_cache.py), made empty by the first
-# process of the run that loads this file, shared with the processes it starts (pytest-xdist's
-# workers, `genret` subprocesses) and removed when it exits: a program that several tests compile
-# alike (the same tiny retriever's train step in a run and in its resumed run) compiles once.
+# One persistent compilation cache for the run (experiments/runtime/xla_cache.py), made empty by
+# the first process of the run that loads this file, shared with the processes it starts
+# (pytest-xdist's workers, `genret` subprocesses) and removed when it exits: a program that several
+# tests compile alike (the same tiny retriever's train step in a run and in its resumed run)
+# compiles once.
 # Nothing is read from or left in the user's own cache. Set before JAX is imported, which reads it.
 # GENRET_TEST_XLA_CACHE=off runs the suite without any cache.
 if "GENRET_TEST_XLA_CACHE" not in os.environ:
@@ -27,7 +31,7 @@ os.environ[xla_cache.ENV] = os.environ["GENRET_TEST_XLA_CACHE"]  # "off": no cac
 # its reads and writes: the whole suite's cache peaked at 56 MB (session 50), never trimmed.
 xla_cache.enable(max_bytes=4 << 30, min_compile_seconds=0)
 # The workers and `genret` processes get huge pages for their heaps, as `genret` does
-# (experiments/hugepages.py); GENRET_HUGEPAGES=off runs the suite without.
+# (experiments/runtime/hugepages.py); GENRET_HUGEPAGES=off runs the suite without.
 if hugepages.wanted():
     os.environ["GLIBC_TUNABLES"] = hugepages.tunables()
 

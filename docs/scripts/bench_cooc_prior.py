@@ -14,11 +14,11 @@ import numpy as np
 
 from data.splits import leave_one_out
 from decoding import PrefixTable
-from experiments.artifacts import load_dataset
-from experiments.baselines import CooccurrencePrior, loo_training
+from experiments.pipeline.artifacts import load_dataset
+from experiments.evaluation.baselines import CooccurrencePrior, loo_training
 from experiments.config import load_json
-from experiments.layout import RunLayout
-from experiments.retrieval_eval import load_inputs
+from experiments.pipeline.layout import RunLayout
+from experiments.evaluation.retrieval import load_inputs
 
 
 def main(workdirs: list[str], batch: int = 64, repeats: int = 7) -> None:

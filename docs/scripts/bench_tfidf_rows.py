@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from experiments.config import load_json
-from experiments.layout import RunLayout
-from experiments.retrieval_eval import load_inputs
+from experiments.pipeline.layout import RunLayout
+from experiments.evaluation.retrieval import load_inputs
 from rqvae.embed import tfidf_rows
 
 

@@ -21,9 +21,10 @@ import sys
 import cold_val
 import numpy as np
 
-from experiments import evaluate, metrics
-from experiments.baselines import CONTENT_RECENT
-from experiments.retrieval_eval import _decoders, _sample_users
+from experiments.evaluation import decode as evaluate
+from experiments.evaluation import metrics
+from experiments.evaluation.baselines import CONTENT_RECENT
+from experiments.evaluation.retrieval import _decoders, _sample_users
 from rqvae.embed import embed_texts
 
 K = 20

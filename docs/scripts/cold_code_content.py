@@ -21,11 +21,11 @@ import numpy as np
 
 from data.splits import validation_split
 from data.types import Histories
-from experiments.artifacts import load_dataset, load_sids
-from experiments.baselines import content_metrics
+from experiments.pipeline.artifacts import load_dataset, load_sids
+from experiments.evaluation.baselines import content_metrics
 from experiments.config import load_json
-from experiments.layout import RunLayout
-from experiments.retrieval_eval import _sample_users
+from experiments.pipeline.layout import RunLayout
+from experiments.evaluation.retrieval import _sample_users
 from rqvae.embed import embed_texts
 
 K, ORDERS = 20, 5

@@ -22,11 +22,11 @@ from sklearn.linear_model import Ridge
 
 from data.splits import validation_split
 from data.types import Histories
-from experiments.artifacts import load_dataset
-from experiments.baselines import CONTENT_RECENT, content_queries, content_ranking
+from experiments.pipeline.artifacts import load_dataset
+from experiments.evaluation.baselines import CONTENT_RECENT, content_queries, content_ranking
 from experiments.config import load_json
-from experiments.layout import RunLayout
-from experiments.retrieval_eval import _content_inputs, _sample_users
+from experiments.pipeline.layout import RunLayout
+from experiments.evaluation.retrieval import _content_inputs, _sample_users
 
 
 def fit_map(emb: np.ndarray, train: Histories, ridge: float, free: bool = False) -> np.ndarray:

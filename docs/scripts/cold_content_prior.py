@@ -17,9 +17,10 @@ import sys
 import cold_val
 import numpy as np
 
-from experiments import evaluate, metrics
-from experiments.baselines import content_ranking
-from experiments.retrieval_eval import _content_inputs, _decoders, content_prior_method
+from experiments.evaluation import decode as evaluate
+from experiments.evaluation import metrics
+from experiments.evaluation.baselines import content_ranking
+from experiments.evaluation.retrieval import _content_inputs, _decoders, content_prior_method
 
 
 def _items(d: evaluate.Decoded) -> np.ndarray:

@@ -16,11 +16,11 @@ import cold_val
 from cold_content_prior import prior_items
 
 from data.splits import validation_split
-from experiments.artifacts import load_dataset
-from experiments.baselines import content_ranking
+from experiments.pipeline.artifacts import load_dataset
+from experiments.evaluation.baselines import content_ranking
 from experiments.config import apply_overrides, load_json
-from experiments.layout import RunLayout
-from experiments.retrieval_eval import _content_inputs, _sample_users
+from experiments.pipeline.layout import RunLayout
+from experiments.evaluation.retrieval import _content_inputs, _sample_users
 
 
 def main(workdir: str, fraction: float, grid: tuple[list[float], list[float]] | None) -> None:

@@ -10,11 +10,11 @@ import numpy as np
 from data.splits import ColdStartSplit, validation_split
 from data.types import InteractionData
 from decoding import LevelScoring, StaticConstraint, StaticIndex
-from experiments import metrics
-from experiments.artifacts import load_retriever
+from experiments.evaluation import metrics
+from experiments.pipeline.artifacts import load_retriever
 from experiments.config import Config, load_json
-from experiments.layout import RunLayout, Split
-from experiments.retrieval_eval import cold_scoring, evaluated_inputs, load_inputs
+from experiments.pipeline.layout import RunLayout, Split
+from experiments.evaluation.retrieval import cold_scoring, evaluated_inputs, load_inputs
 from seqmodel.state import Retriever
 
 

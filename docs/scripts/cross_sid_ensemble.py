@@ -25,11 +25,12 @@ from flax import nnx
 
 from data.splits import leave_one_out
 from decoding import StaticConstraint, StaticIndex
-from experiments import evaluate, metrics
-from experiments.artifacts import load_retriever
+from experiments.evaluation import decode as evaluate
+from experiments.evaluation import metrics
+from experiments.pipeline.artifacts import load_retriever
 from experiments.config import load_json
-from experiments.layout import RunLayout, Split
-from experiments.retrieval_eval import _decoders, evaluated_inputs, load_inputs, warm_scoring
+from experiments.pipeline.layout import RunLayout, Split
+from experiments.evaluation.retrieval import _decoders, evaluated_inputs, load_inputs, warm_scoring
 
 K = 20
 

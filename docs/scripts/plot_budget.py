@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.plots import _save, pyplot
-from experiments.report import PAPER_WARM
+from experiments.evaluation.plots import _save, pyplot
+from experiments.evaluation.report import PAPER_WARM
 
 METRICS = (("recall@10", "Recall@10"), ("ndcg@10", "NDCG@10"))
 COLUMNS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.plots import _save, pyplot
-from experiments.report import PAPER_COLD_START
+from experiments.evaluation.plots import _save, pyplot
+from experiments.evaluation.report import PAPER_COLD_START
 
 METHODS = (
     ("static_content", "STATIC + content prior"),

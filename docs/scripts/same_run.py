@@ -26,7 +26,7 @@ import numpy as np
 from data import atomic
 from data.environment import environment, machine_differences, package_differences
 from data.errors import ArgumentError
-from experiments.layout import RunLayout
+from experiments.pipeline.layout import RunLayout
 from seqmodel import files as retriever_files
 
 FORMAT = 1

@@ -17,8 +17,9 @@ import jax
 import numpy as np
 
 from data.splits import holdout_rows, leave_one_out, outside_holdouts
-from experiments import common, metrics
-from experiments.artifacts import load_dataset
+from experiments.commands import _common as common
+from experiments.evaluation import metrics
+from experiments.pipeline.artifacts import load_dataset
 from seqmodel import sasrec
 from seqmodel.checkpoint import Checkpoints
 from seqmodel.files import CHECKPOINTS_DIR

@@ -19,12 +19,13 @@ import numpy as np
 from data.splits import leave_one_out
 from data.types import Histories
 from decoding import StaticConstraint, StaticIndex
-from experiments import evaluate, metrics
-from experiments.artifacts import load_retriever
-from experiments.baselines import cooccurrence_ranking
+from experiments.evaluation import decode as evaluate
+from experiments.evaluation import metrics
+from experiments.pipeline.artifacts import load_retriever
+from experiments.evaluation.baselines import cooccurrence_ranking
 from experiments.config import load_json
-from experiments.layout import RunLayout, Split
-from experiments.retrieval_eval import load_inputs
+from experiments.pipeline.layout import RunLayout, Split
+from experiments.evaluation.retrieval import load_inputs
 from seqmodel.inference import retrieval_fn
 from seqmodel.tokens import encode_histories, sid_tokens
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments.label_bench import (
+from experiments.bench.labels import (
     METHODS,
     LabelBenchConfig,
     PythonTrieProcessor,

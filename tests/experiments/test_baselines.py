@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from data.types import Histories
-from experiments import baselines, metrics
+from experiments.evaluation import baselines, metrics
 
 
 def _brute_force(emb, history, candidates, k, recent=3):

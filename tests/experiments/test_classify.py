@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from data.errors import InputError
-from experiments import classify_data as cd
-from experiments.classify_lib import (
+from experiments.classify import data as cd
+from experiments.classify.run import (
     ClassifyConfig,
     prepare,
     result_path,

@@ -85,8 +85,8 @@ def test_ensemble_rule_is_checked_and_enters_the_leave_one_out_key_only_when_not
     import dataclasses
 
     from data.errors import ArgumentError
-    from experiments.layout import RunLayout
-    from experiments.workflow import build_stages
+    from experiments.pipeline.layout import RunLayout
+    from experiments.pipeline.workflow import build_stages
 
     cfg = config_lib.load_preset("tiny")
     with pytest.raises(ArgumentError, match="eval.warm_ensemble_rule='mean': one of"):

@@ -10,10 +10,11 @@ from data.errors import ArgumentError
 from data.types import Histories
 from decoding import BeamResult
 from experiments import config as config_lib
-from experiments import evaluate, metrics
-from experiments.baselines import content_queries, content_ranking
-from experiments.layout import RunLayout
-from experiments.workflow import build_stages
+from experiments.evaluation import decode as evaluate
+from experiments.evaluation import metrics
+from experiments.evaluation.baselines import content_queries, content_ranking
+from experiments.pipeline.layout import RunLayout
+from experiments.pipeline.workflow import build_stages
 
 SIDS = np.array([[0, 0], [0, 1], [1, 0], [1, 1]])
 
@@ -120,7 +121,7 @@ def test_the_prior_enters_the_cold_start_keys_only_while_on(tmp_path):
 
 
 def test_the_note_names_tfidf_content_vectors():
-    from experiments import report
+    from experiments.evaluation import report
 
     res = {
         "cold_start_fraction": 0.02,
@@ -136,7 +137,7 @@ def test_tfidf_vectors_of_texts_without_a_kept_word_are_one_line_naming_the_data
     from types import SimpleNamespace
 
     from data.errors import ArtifactError
-    from experiments.retrieval_eval import _content_inputs
+    from experiments.evaluation.retrieval import _content_inputs
 
     cfg = config_lib.apply_overrides(
         config_lib.load_preset("tiny"), ["eval.cold_content_vectors=tfidf"]

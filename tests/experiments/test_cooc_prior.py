@@ -12,9 +12,9 @@ from data.errors import ArgumentError
 from data.types import Histories
 from experiments import cli
 from experiments import config as config_lib
-from experiments.baselines import CooccurrencePrior
-from experiments.layout import RunLayout
-from experiments.workflow import build_stages
+from experiments.evaluation.baselines import CooccurrencePrior
+from experiments.pipeline.layout import RunLayout
+from experiments.pipeline.workflow import build_stages
 from tests.experiments.test_eval_cold_start import TRAIN_FAST, workdir  # noqa: F401
 
 

@@ -161,16 +161,16 @@ def test_diagnose_agrees_with_the_validation_evaluation(workdir):
 def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbour(workdir):
     from data.splits import cold_start_split
     from decoding import StaticConstraint, StaticIndex
-    from experiments.artifacts import load_retriever
-    from experiments.baselines import content_queries, content_ranking, cosines
-    from experiments.layout import RunLayout, Split
-    from experiments.retrieval_eval import (
+    from experiments.evaluation.baselines import content_queries, content_ranking, cosines
+    from experiments.evaluation.retrieval import (
         _content_inputs,
         cold_scoring,
         content_prior_method,
         evaluated_inputs,
         load_inputs,
     )
+    from experiments.pipeline.artifacts import load_retriever
+    from experiments.pipeline.layout import RunLayout, Split
 
     w = str(workdir)
     if not (workdir / "retriever_cold_0.05" / "train_summary.json").exists():

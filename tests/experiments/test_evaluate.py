@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from decoding import BeamResult
-from experiments import evaluate, metrics
+from experiments.evaluation import decode as evaluate
+from experiments.evaluation import metrics
 
 SIDS = np.array([[0, 0], [0, 1], [1, 0], [1, 1]])
 

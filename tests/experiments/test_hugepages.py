@@ -1,5 +1,5 @@
-"""experiments.hugepages: when `genret` starts itself again with glibc's huge-page tunable, and
-that the process it becomes gets huge pages for its heap."""
+"""experiments.runtime.hugepages: when `genret` starts itself again with glibc's huge-page
+tunable, and that the process it becomes gets huge pages for its heap."""
 
 import os
 import subprocess
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import hugepages
-from experiments.xla_cache import switched_off
+from experiments.runtime import hugepages
+from experiments.runtime.xla_cache import switched_off
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ def test_the_restarted_process_gets_huge_pages(tmp_path):
     script = tmp_path / "genret"
     script.write_text(
         "import os, sys\n"
-        "from experiments import hugepages\n"
+        "from experiments.runtime import hugepages\n"
         "hugepages.restart_with_hugepages()\n"
         "import ctypes\n"
         "libc = ctypes.CDLL(None)\n"

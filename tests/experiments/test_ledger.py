@@ -4,7 +4,7 @@ import pytest
 
 from data.errors import StageError
 from data.fingerprint import file_digest
-from experiments import ledger as stages
+from experiments.pipeline import ledger as stages
 
 
 def _writer(tmp_path, calls, name):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from experiments import metrics
+from experiments.evaluation import metrics
 
 
 def test_sid_lookup_finds_items_and_rejects_unknown():

@@ -209,8 +209,8 @@ def test_a_stage_failing_in_its_own_process_is_one_line_naming_it(tmp_path):
     one killed by SIGKILL says so."""
     import signal
 
-    from experiments.layout import RunLayout
-    from experiments.workflow import _StageProcess, build_stages
+    from experiments.pipeline.layout import RunLayout
+    from experiments.pipeline.workflow import _StageProcess, build_stages
 
     cfg = config.load_preset("tiny")
     layout = RunLayout(tmp_path / "w")
@@ -242,7 +242,7 @@ def test_a_stage_process_is_interrupted_when_the_pipeline_dies(tmp_path):
 
     child = (
         "import pathlib, time\n"
-        "from experiments.stage_worker import stop_with_parent\n"
+        "from experiments.pipeline.stage_worker import stop_with_parent\n"
         "stop_with_parent()\n"
         "pathlib.Path('ready').touch()\n"
         "try:\n"
@@ -270,7 +270,7 @@ def test_a_stage_process_started_with_sigint_ignored_stops_only_with_the_pipelin
     import subprocess
     import sys
 
-    from experiments.stage_worker import interrupt_handlers
+    from experiments.pipeline.stage_worker import interrupt_handlers
 
     assert interrupt_handlers(False, os.getppid())[0] is signal.default_int_handler
     on_int, on_term = interrupt_handlers(True, os.getppid())
@@ -287,7 +287,7 @@ def test_a_stage_process_started_with_sigint_ignored_stops_only_with_the_pipelin
 
     child = (
         "import os, pathlib, signal, time\n"
-        "from experiments.stage_worker import interrupt_handlers, stop_with_parent\n"
+        "from experiments.pipeline.stage_worker import interrupt_handlers, stop_with_parent\n"
         "ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
         "signal.signal(signal.SIGINT, interrupt_handlers(ignored, os.getppid())[0])\n"
         "stop_with_parent()\n"
@@ -323,9 +323,9 @@ def test_a_stage_process_ignoring_sigint_stops_when_its_pipeline_asks(tmp_path):
     import dataclasses
     import signal
 
-    from experiments import stages
-    from experiments.layout import RunLayout
-    from experiments.workflow import _StageProcess, build_stages
+    from experiments.pipeline import stages
+    from experiments.pipeline.layout import RunLayout
+    from experiments.pipeline.workflow import _StageProcess, build_stages
 
     cfg = config.load_preset("tiny")
     cfg = dataclasses.replace(cfg, rqvae=dataclasses.replace(cfg.rqvae, num_steps=1_000_000))
@@ -380,8 +380,8 @@ def test_stage_keys_follow_the_prepared_content_key_not_the_files_bytes(tmp_path
     """Two writes of the same records differ in bytes (the order of each example's serialized
     features): the tokenizer's key, and so every key after it, must not move with them."""
     from experiments.config import load_preset
-    from experiments.layout import RunLayout
-    from experiments.workflow import build_stages
+    from experiments.pipeline.layout import RunLayout
+    from experiments.pipeline.workflow import build_stages
 
     layout = RunLayout(tmp_path)
     (layout.prepared / "tfds").mkdir(parents=True)

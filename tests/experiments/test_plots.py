@@ -4,7 +4,7 @@ import builtins
 
 import numpy as np
 
-from experiments import plots
+from experiments.evaluation import plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from experiments import config as config_lib
-from experiments import report
-from experiments.layout import RunLayout
+from experiments.evaluation import report
+from experiments.pipeline.layout import RunLayout
 
 
 def _result(split):

@@ -12,7 +12,9 @@ httpx = pytest.importorskip("httpx")
 
 from flax import nnx  # noqa: E402
 
-from experiments import cli, serve_app, serve_load  # noqa: E402
+from experiments import cli  # noqa: E402
+from experiments.serving import app as serve_app  # noqa: E402
+from experiments.serving import load as serve_load  # noqa: E402
 from seqmodel.config import SeqModelConfig  # noqa: E402
 from seqmodel.model import Decoder  # noqa: E402
 from seqmodel.tokens import TokenSpace  # noqa: E402

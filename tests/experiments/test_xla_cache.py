@@ -1,5 +1,5 @@
-"""experiments.xla_cache: where `genret` keeps compiled programs, and that a second process reads
-them back instead of compiling."""
+"""experiments.runtime.xla_cache: where `genret` keeps compiled programs, and that a second
+process reads them back instead of compiling."""
 
 import os
 import subprocess
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import cli, xla_cache
+from experiments import cli
+from experiments.runtime import xla_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,7 +82,7 @@ def test_console_turns_it_on_before_running_the_command(tmp_path, monkeypatch):
 
 def test_a_second_process_reads_the_program_back(tmp_path):
     script = (
-        "from experiments import xla_cache\n"
+        "from experiments.runtime import xla_cache\n"
         "xla_cache.enable()\n"
         "import jax, jax.numpy as jnp\n"
         "print(jax.jit(lambda x: jnp.cumsum(x * 2.0 + 1.0))(jnp.arange(4.0)).tolist())\n"

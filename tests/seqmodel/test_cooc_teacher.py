@@ -105,8 +105,8 @@ def test_training_with_the_teacher_resumes_exactly(tmp_path, layout):
 
 def test_the_teacher_enters_the_retrievers_keys_only_while_on(tmp_path):
     from experiments import config as config_lib
-    from experiments.layout import RunLayout
-    from experiments.workflow import build_stages
+    from experiments.pipeline.layout import RunLayout
+    from experiments.pipeline.workflow import build_stages
 
     cfg = config_lib.load_preset("tiny")
     cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, sasrec=True))

@@ -1,0 +1,1 @@
+"""Every benchmark: constraints, label masks, the live index, membership, training and decoding."""

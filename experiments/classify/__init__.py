@@ -1,0 +1,1 @@
+"""Label-constrained category classification of item text (`genret classify`)."""

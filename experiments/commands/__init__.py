@@ -1,0 +1,1 @@
+"""One module per `genret` command, named after it: flags, the resolved config, one library call."""

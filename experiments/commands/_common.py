@@ -1,0 +1,140 @@
+"""Shared by the command modules: arguments, resolving the config once, and checking arguments
+before any artifact is read."""
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from data.config import AMAZON_SHORTCUTS, DATASETS
+from data.errors import ArgumentError
+from experiments import config as config_lib
+from experiments.pipeline.layout import RunLayout
+
+
+def add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="preset name (experiments/configs/NAME.py); default: the work directory's "
+        f"config.json, else the dataset's preset. One of: {', '.join(config_lib.preset_names())}",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set seqmodel.num_layers=4 (repeatable)",
+    )
+
+
+def add_workdir_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workdir", required=True, type=Path, help="the run's work directory")
+
+
+def add_dataset_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=None,
+        help="synthetic (generated), beauty / sports / toys (Amazon 2014 shortcuts), amazon2014 "
+        "(any category: --category), interactions (your own table: --raw-dir; see README); "
+        "default: the config's data.dataset",
+    )
+    parser.add_argument(
+        "--category",
+        default=None,
+        help="with --dataset amazon2014: the category's file name part, e.g. Beauty or "
+        "Cell_Phones_and_Accessories (reviews_<category>_5.json.gz)",
+    )
+    parser.add_argument(
+        "--raw-dir",
+        type=Path,
+        default=None,
+        help="folder of the raw files (default for Amazon data: ../shared/data/amazon2014/<Cat>)",
+    )
+
+
+def _number_list(convert, accept, expected: str):
+    """An argparse type: comma-separated numbers read by `convert`, each passing `accept`; else
+    the one line "expected {expected}, got '...'"."""
+
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(convert(x) for x in text.split(","))
+        except ValueError:
+            values = ()
+        if not values or not all(accept(v) for v in values):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return values
+
+    return parse
+
+
+def int_list(minimum: int, example: str, noun: str = "integers"):
+    """An argparse type: comma-separated integers, each >= `minimum` (e.g. `example`)."""
+    return _number_list(int, lambda v: v >= minimum, f"{noun} >= {minimum} like {example}")
+
+
+def float_list(low: float, high: float, example: str, noun: str = "values"):
+    """An argparse type: comma-separated numbers, each in [low, high) (e.g. `example`)."""
+    return _number_list(
+        float, lambda v: low <= v < high, f"{noun} in [{low}, {high}) like {example}"
+    )
+
+
+def positive(name: str, value: int | None, *, allow_none: bool = True) -> None:
+    """An integer argument that must be >= 1; checked before any artifact is read."""
+    if value is None and allow_none:
+        return
+    if value is None or value < 1:
+        raise ArgumentError(f"{name}: must be >= 1, got {value}")
+
+
+def layout_of(args: argparse.Namespace) -> RunLayout:
+    return RunLayout(args.workdir)
+
+
+def _default_preset(dataset: str | None, category: str | None) -> str:
+    """The dataset's own preset; Amazon categories and your own data take Beauty's (real-data)
+    settings, with the dataset fields replaced."""
+    if dataset in (None, "synthetic"):
+        return "synthetic"
+    if dataset in AMAZON_SHORTCUTS:
+        return dataset
+    return "beauty"
+
+
+def resolve_config(
+    args: argparse.Namespace, layout: RunLayout, *, dataset_args: bool = False
+) -> config_lib.Config:
+    """Preset (or the work directory's config.json) + dataset arguments + --set overrides,
+    validated. Nothing is written: the stage runner saves the config once a stage succeeded."""
+    dataset = getattr(args, "dataset", None) if dataset_args else None
+    category = getattr(args, "category", None) if dataset_args else None
+    raw_dir = getattr(args, "raw_dir", None) if dataset_args else None
+    if getattr(args, "config", None):
+        cfg, from_saved = config_lib.load_preset(args.config), False
+    elif layout.config.is_file():
+        cfg, from_saved = config_lib.load_json(layout.config), True
+    else:
+        cfg, from_saved = config_lib.load_preset(_default_preset(dataset, category)), False
+    data = cfg.data
+    if dataset is not None and dataset != data.dataset:
+        if from_saved:
+            raise ArgumentError(
+                f"--dataset {dataset}: {layout.config} was made for data.dataset={data.dataset}; "
+                "use a fresh --workdir or pass --config NAME"
+            )
+        data = dataclasses.replace(data, dataset=dataset)
+    if category is not None:
+        if data.dataset != "amazon2014":
+            raise ArgumentError(f"--category: only with --dataset amazon2014, not {data.dataset}")
+        data = dataclasses.replace(data, category=category)
+    if raw_dir is not None:
+        if data.dataset == "synthetic":
+            raise ArgumentError("--raw-dir: the synthetic dataset is generated into WORKDIR/raw")
+        data = dataclasses.replace(data, raw_dir=str(Path(raw_dir).resolve()))
+    cfg = dataclasses.replace(cfg, data=data)
+    cfg = config_lib.apply_overrides(cfg, getattr(args, "overrides", []) or [])
+    return config_lib.validate(cfg)

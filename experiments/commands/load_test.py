@@ -1,0 +1,113 @@
+"""`genret load-test`: requests/s and p50/p99 latency of `genret serve` on loopback at several
+concurrency levels while ~1,000 items a second are toggled, checking that no response holds an
+item disabled before it was sent (experiments/serving/load.py states the rule).
+
+Starts `genret serve --workdir W` on a free loopback port (or drives --url), sends histories of
+the work directory's users, and writes --out (JSON) and its markdown table beside it (.md).
+Example: genret load-test --workdir runs/beauty --out runs/serve_load.json
+"""
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from data import atomic
+from data.errors import ArgumentError, StageError
+from experiments.commands import _common as common
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_workdir_arg(parser)
+    parser.add_argument("--url", default=None, help="a running service (default: start one)")
+    parser.add_argument(
+        "--concurrency", type=common.int_list(1, "1,8,32"), default=(1, 8, 32), help="e.g. 1,8,32"
+    )
+    parser.add_argument("--requests", type=int, default=400, help="per level, at most")
+    parser.add_argument("--seconds", type=float, default=20.0, help="per level, at most")
+    parser.add_argument("--users", type=int, default=200, help="histories sampled")
+    parser.add_argument("--toggle-rate", type=float, default=1000.0, help="items toggled per s")
+    parser.add_argument("--batch-size", type=int, default=16, help="of the started server")
+    parser.add_argument("--max-wait-ms", type=float, default=5.0, help="of the started server")
+    parser.add_argument("--out", type=Path, required=True, help="JSON result (.md beside it)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from experiments.serving import load as serve_load
+    except ImportError as e:
+        extra = "pip install -e '.[serve]'"
+        raise ArgumentError(f"genret load-test needs the serve extra: {extra} ({e})") from None
+    for name in ("requests", "users"):
+        common.positive(f"--{name}", getattr(args, name))
+    if args.seconds <= 0 or args.toggle_rate <= 0:
+        raise ArgumentError("--seconds and --toggle-rate: must be > 0")
+    cfg = serve_load.LoadConfig(
+        concurrency=args.concurrency,
+        requests=args.requests,
+        seconds=args.seconds,
+        toggle_rate=args.toggle_rate,
+        seed=args.seed,
+    )
+    histories = _histories(common.layout_of(args), args.users, args.seed)
+    server = None if args.url else _start_server(args)
+    try:
+        url = args.url or server[1]
+        result = asyncio.run(serve_load.run_load(url, histories, cfg))
+    finally:
+        if server is not None:
+            server[0].terminate()
+            server[0].wait(30)
+    result["url"] = args.url or "started: " + " ".join(server[0].args[3:])
+    table = serve_load.markdown(result)
+    atomic.write_text(args.out, json.dumps(result, indent=2) + "\n")
+    atomic.write_text(args.out.with_suffix(".md"), table)
+    print(table, end="")
+    bad = sum(x["errors"] + x["disabled_returned"] for x in result["levels"])
+    return 1 if bad else 0
+
+
+def _histories(layout, users: int, seed: int) -> list[list[str]]:
+    """A seeded sample of users' histories (cut to the model's limit by the load test)."""
+    from experiments.pipeline.artifacts import load_dataset
+
+    ds = load_dataset(layout)
+    h, asins = ds.histories, ds.catalog.asins
+    pick = np.random.default_rng(seed).choice(len(h), min(users, len(h)), replace=False)
+    return [[str(asins[i]) for i in h.items[h.offsets[u] : h.offsets[u + 1]][-200:]] for u in pick]
+
+
+def _start_server(args) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "experiments.cli", "serve", "--workdir", str(args.workdir)]
+    cmd += ["--port", str(port), "--batch-size", str(args.batch_size)]
+    cmd += ["--max-wait-ms", str(args.max_wait_ms)]
+    # stderr to a file: a pipe nobody reads would block the server once full.
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    url = f"http://127.0.0.1:{port}"
+    import httpx
+
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            tail = " ".join(log.read().split())[-500:]
+            raise StageError(f"genret serve exited with {proc.returncode}: {tail}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    proc.terminate()
+    raise StageError("genret serve did not answer /health within 300 s")

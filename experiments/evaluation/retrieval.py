@@ -1,0 +1,551 @@
+"""Cold-start and leave-one-out evaluations of a trained retriever, written to WORKDIR/results/."""
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import jax
+import numpy as np
+import scipy.sparse as sp
+
+from data import atomic
+from data.environment import environment
+from data.errors import ArgumentError, ArtifactError
+from data.splits import (
+    ColdStartSplit,
+    LeaveOneOutSplit,
+    check_fraction,
+    cold_start_split,
+    holdout_rows,
+    leave_one_out,
+    outside_holdouts,
+    validation_split,
+)
+from data.types import Histories, InteractionData
+from decoding import (
+    LevelScoring,
+    PrefixTable,
+    StaticConstraint,
+    StaticIndex,
+    Unconstrained,
+    prior_correction,
+)
+from experiments.config import Config, EvalConfig
+from experiments.evaluation import decode as evaluate
+from experiments.evaluation import metrics
+from experiments.evaluation.baselines import (
+    CooccurrencePrior,
+    content_metrics,
+    content_queries,
+    cooccurrence_metrics,
+    cosines,
+    loo_training,
+)
+from experiments.evaluation.report import CONTENT_PRIOR, COOCCURRENCE_PRIOR
+from experiments.pipeline.artifacts import (
+    load_dataset,
+    load_retriever,
+    load_sids,
+    own_leave_one_out,
+    require_retriever,
+    split_examples,
+)
+from experiments.pipeline.layout import RunLayout, Split
+from seqmodel.files import MODEL_FILE
+from seqmodel.inference import (
+    ensemble_decoder,
+    prior_retrieval_fn,
+    read_description,
+    retrieval_fn,
+)
+from seqmodel.inference import load_retriever as load_retriever_dir
+from seqmodel.state import Retriever
+from seqmodel.tokens import encode_histories, sid_tokens
+from seqmodel.train import inputs_fingerprint
+
+
+def load_inputs(cfg: Config, layout: RunLayout) -> tuple[InteractionData, np.ndarray]:
+    """The prepared dataset and the tokenizer's SIDs, checked to describe the same catalog."""
+    ds = load_dataset(layout)
+    return ds, load_sids(cfg, layout, ds)
+
+
+def _decoders(
+    model: Retriever | list[Retriever], methods: dict, beam_size: int, rule: str = "product"
+) -> dict:
+    """One jitted decode per `name: (constraint, scoring)`; each index is moved to the device once,
+    not per batch. A list of several models decodes their ensemble (`ensemble_decoder`, by
+    `rule`)."""
+    models = model if isinstance(model, list) else [model]
+    if len(models) == 1:
+        return {
+            name: retrieval_fn(models[0], jax.device_put(c), beam_size=beam_size, scoring=scoring)
+            for name, (c, scoring) in methods.items()
+        }
+    decode = ensemble_decoder(models, beam_size=beam_size, rule=rule)  # parameters placed once
+    placed = {name: (jax.device_put(c), scoring) for name, (c, scoring) in methods.items()}
+    return {
+        name: lambda tokens, c=c, scoring=scoring: decode(tokens, c, scoring)
+        for name, (c, scoring) in placed.items()
+    }
+
+
+def ensemble_members(
+    dirs: Sequence[Path | str], ds: InteractionData, sids: np.ndarray, codebook_size: int
+) -> list[Retriever]:
+    """The leave-one-out retrievers in `dirs`, each checked to have been trained on exactly these
+    SIDs and this split (its recorded inputs fingerprint); else an ArtifactError naming it."""
+    members = []
+    for d in map(Path, dirs):
+        info, seq, _ = read_description(d / MODEL_FILE, "retriever", "train-retriever --split loo")
+        data = split_examples(ds, sids, Split("loo"), codebook_size, seq)
+        if info.get("inputs") != inputs_fingerprint(seq, data):
+            raise ArtifactError(
+                f"{d}: not a leave-one-out retriever of this work directory's SIDs (trained on "
+                "other SIDs or another split); train it with `genret train-retriever --split loo` "
+                "in a work directory holding a copy of this tokenizer"
+            )
+        members.append(load_retriever_dir(d))
+    return members
+
+
+def chosen_on(dirs: Sequence[Path | str], num_users: int) -> list[np.ndarray]:
+    """The validation rows (of TIGER's split, `num_users` of them) on which each of these
+    leave-one-out retrievers chose its checkpoint: its seeded sample of its `seqmodel.eval_users`
+    (data.splits.holdout_rows with its own seed), one array per retriever, for
+    data.splits.outside_holdouts."""
+    rows = []
+    for d in map(Path, dirs):
+        _, seq, _ = read_description(d / MODEL_FILE, "retriever", "train-retriever --split loo")
+        rows.append(holdout_rows(num_users, seq.eval_users, seq.seed))
+    return rows
+
+
+def _content_inputs(
+    cfg: Config, layout: RunLayout, ds: InteractionData, split: ColdStartSplit
+) -> tuple[np.ndarray | sp.csr_matrix, Histories]:
+    """(the content neighbour's item vectors, eval.cold_content_vectors: the tokenizer's item-text
+    embeddings, cached by its stage, or the sparse TF-IDF rows; the evaluated users' histories)."""
+    from rqvae.embed import embed_texts, tfidf_rows
+
+    if cfg.eval.cold_content_vectors == "tfidf":
+        emb = tfidf_rows(ds.catalog.texts, cfg.rqvae, cache_dir=layout.embeddings)
+        if emb is None:
+            raise ArtifactError(
+                f"{layout.prepared}: no item text has a word TF-IDF keeps; set "
+                "eval.cold_content_vectors=embeddings"
+            )
+    else:
+        emb = embed_texts(ds.catalog.texts, cfg.rqvae, cache_dir=layout.embeddings)
+    users = _sample_users(len(split.test_targets), cfg.eval)
+    return emb, Histories.from_lists([split.test_histories[int(u)] for u in users])
+
+
+def content_prior_method(
+    cfg: Config,
+    split: ColdStartSplit,
+    model: Retriever,
+    index_sids: np.ndarray,
+    constraint: StaticConstraint,
+    scoring: LevelScoring | None,
+    emb: np.ndarray,
+    histories: Histories,
+) -> tuple[Callable, np.ndarray]:
+    """STATIC with the content prior (eval.cold_content_weight, _temperature): the decode
+    function `(tokens, rows) -> beams` and its row inputs, the evaluated users' rows 0..U-1 in
+    their content queries (the content neighbour's, from `_content_inputs`, dense or sparse).
+    Each batch's cosines to the cold items (`split.cold_items`, whose SIDs are `index_sids`) are
+    computed with its batch, so memory does not grow with users x items."""
+    unit, queries = content_queries(emb, histories)
+    cold_unit = unit[split.cold_items].T
+    table = PrefixTable.build(index_sids, model.space.codebook_size)
+    run = prior_retrieval_fn(
+        model,
+        constraint,
+        table,
+        weight=cfg.eval.cold_content_weight,
+        beam_size=cfg.eval.beam_size,
+        scoring=scoring,
+    )
+    t = cfg.eval.cold_content_temperature
+
+    def decode_batch(tokens: np.ndarray, rows: np.ndarray):
+        sim = cosines(queries[rows], cold_unit).astype(np.float32)  # [B, C]
+        return run(tokens, table.conditional_log_prior(sim / t))
+
+    return decode_batch, np.arange(len(histories))
+
+
+def cooccurrence_prior_method(
+    eval_cfg: EvalConfig,
+    models: list[Retriever],
+    sids: np.ndarray,
+    constraint: StaticConstraint,
+    scoring: LevelScoring | None,
+    train: Histories,
+    beam_size: int,
+) -> Callable:
+    """The retrievers' beams over the catalog with the co-occurrence prior
+    (eval.warm_cooc_weight, _smoothing; `baselines.CooccurrencePrior` counted on `train`; an
+    ensemble ranked by eval.warm_ensemble_rule): the decode function `(tokens, last items) ->
+    beams`. Each batch's priors over the catalog are computed with its batch, so memory does not
+    grow with users x items."""
+    table = PrefixTable.build(sids, models[0].space.codebook_size)
+    prior = CooccurrencePrior.fit(train, len(sids), eval_cfg.warm_cooc_smoothing)
+    run = prior_retrieval_fn(
+        models,
+        constraint,
+        table,
+        weight=eval_cfg.warm_cooc_weight,
+        beam_size=beam_size,
+        scoring=scoring,
+        rule=eval_cfg.warm_ensemble_rule,
+    )
+
+    def decode_batch(tokens: np.ndarray, last: np.ndarray):
+        return run(tokens, table.conditional_log_prior(prior.log_prob(last)))
+
+    return decode_batch
+
+
+def _prior_scoring(
+    train: Histories,
+    sids: np.ndarray,
+    codebook_size: int,
+    *,
+    prior_weight: float,
+    level_weights: tuple[float, ...] = (),
+    prior_levels: int = 2,
+    keys: str,
+) -> LevelScoring | None:
+    """decoding.prior_correction with the prior counted over the training targets, or None for
+    the plain joint log-probability; a rejected value is an ArgumentError naming `keys`."""
+    if prior_weight == 0 and all(w == 1 for w in level_weights):
+        return None
+    try:
+        return prior_correction(
+            sids[train.items],
+            codebook_size,
+            prior_weight=prior_weight,
+            level_weights=level_weights,
+            prior_levels=prior_levels,
+        )
+    except ValueError as e:
+        raise ArgumentError(f"{keys}: {e}") from None
+
+
+def cold_scoring(
+    eval_cfg: EvalConfig, train: Histories, sids: np.ndarray, codebook_size: int
+) -> LevelScoring | None:
+    """The cold-start beam scores of eval_cfg (prior counted over the training interactions), or
+    None for the plain joint log-probability."""
+    return _prior_scoring(
+        train,
+        sids,
+        codebook_size,
+        prior_weight=eval_cfg.cold_prior_weight,
+        level_weights=eval_cfg.cold_level_weights,
+        keys="eval.cold_level_weights / eval.cold_prior_weight",
+    )
+
+
+def warm_scoring(
+    eval_cfg: EvalConfig, train: Histories, sids: np.ndarray, codebook_size: int
+) -> LevelScoring | None:
+    """The leave-one-out beam scores of eval_cfg: the joint log-probability minus
+    warm_prior_weight x the log prior of the first warm_prior_levels codes, counted over the
+    training targets (no validation or test item); None for the plain joint log-probability."""
+    return _prior_scoring(
+        train,
+        sids,
+        codebook_size,
+        prior_weight=eval_cfg.warm_prior_weight,
+        prior_levels=eval_cfg.warm_prior_levels,
+        keys="eval.warm_prior_levels / eval.warm_prior_weight",
+    )
+
+
+def _sample_users(num_users: int, eval_cfg) -> np.ndarray:
+    """All test users, or a seeded sample of eval.max_test_users of them."""
+    users = np.arange(num_users)
+    if eval_cfg.max_test_users and num_users > eval_cfg.max_test_users:
+        rng = np.random.default_rng(eval_cfg.seed)
+        users = np.sort(rng.choice(users, eval_cfg.max_test_users, replace=False))
+    return users
+
+
+def evaluated_inputs(
+    model: Retriever,
+    sids: np.ndarray,
+    split: ColdStartSplit | LeaveOneOutSplit,
+    eval_cfg: EvalConfig,
+    rdir: Path | str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(targets, token inputs) of the evaluated users; only those users' histories are encoded."""
+    space = model.space
+    L = space.num_levels
+    if sids.shape[1] != L:
+        raise ArtifactError(
+            f"{rdir}: retriever expects {L} SID levels, the tokenizer has {sids.shape[1]}; "
+            "retrain the retriever on these SIDs"
+        )
+    users = _sample_users(len(split.test_targets), eval_cfg)
+    item_tokens = sid_tokens(sids, space.codebook_size)
+    inputs = encode_histories(item_tokens, split.test_histories, model.cfg.max_history, users)
+    return split.test_targets[users], inputs
+
+
+def _cold_header(cfg: Config, split: ColdStartSplit, num_users: int, validation: bool) -> dict:
+    """What every cold-start result file records besides its methods."""
+    return {
+        "dataset": cfg.data.dataset,
+        "cold_start_fraction": split.fraction,
+        "num_cold_items": int(len(split.cold_items)),
+        "num_test_users": int(num_users),
+        "beam_size": cfg.eval.beam_size,
+        "seed": cfg.eval.seed,
+        "split": "validation" if validation else "test",
+        # The item vectors of `content` and `static_content` (eval.cold_content_vectors).
+        "content_vectors": cfg.eval.cold_content_vectors,
+    }
+
+
+def _model_free(
+    cfg: Config, split: ColdStartSplit, targets, emb: np.ndarray, histories: Histories
+) -> dict:
+    """Constrained random guessing and the content neighbour over the cold set, for the evaluated
+    users (`emb`, `histories`: `_content_inputs`; item-text embeddings, no model)."""
+    K = cfg.eval.beam_size
+    return {
+        "random": evaluate.random_metrics(
+            split.cold_items, targets, beam_size=K, seed=cfg.eval.seed
+        ),
+        "content": content_metrics(emb, histories, targets, split.cold_items, k=K),
+    }
+
+
+def evaluate_cold_baselines(
+    cfg: Config, layout: RunLayout, fraction: float, *, validation: bool = False
+) -> dict:
+    """The model-free methods alone (constrained random, content nearest neighbour) on the
+    cold-start protocol: no retriever needed, the same users as `evaluate_cold_start`."""
+    fraction = check_fraction(fraction)
+    ds = load_dataset(layout)
+    split = (validation_split if validation else cold_start_split)(ds, fraction)
+    users = _sample_users(len(split.test_targets), cfg.eval)
+    targets = split.test_targets[users]
+    result = {
+        **_cold_header(cfg, split, len(targets), validation),
+        "methods": _model_free(cfg, split, targets, *_content_inputs(cfg, layout, ds, split)),
+    }
+    result["environment"] = environment()
+    atomic.write_json(layout.cold_baselines_result(fraction, validation=validation), result)
+    return result
+
+
+def evaluate_cold_start(
+    cfg: Config,
+    layout: RunLayout,
+    fraction: float,
+    *,
+    batch_size: int = 64,
+    validation: bool = False,
+    progress: bool = True,
+) -> dict:
+    """Unconstrained vs constrained random vs STATIC over the cold set; writes the results JSON.
+
+    validation=True runs the tuning protocol (data.splits.validation_split): no test target is read.
+    """
+    fraction = check_fraction(fraction)
+    which = Split("cold-val" if validation else "cold", fraction)
+    ds, sids = load_inputs(cfg, layout)
+    rdir = layout.retriever(which)
+    model = load_retriever(layout, which)
+    split = (validation_split if validation else cold_start_split)(ds, fraction)
+    V, L = model.space.codebook_size, model.space.num_levels
+    targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
+    K = cfg.eval.beam_size
+    build_start = time.perf_counter()
+    index = StaticIndex.build(
+        sids[split.cold_items], vocab_size=V, dense_levels=cfg.decode.dense_levels
+    )
+    build_seconds = time.perf_counter() - build_start
+    scoring = cold_scoring(cfg.eval, split.train, sids, V)
+    static = StaticConstraint(index)
+    constraints = {"unconstrained": (Unconstrained(V, L), scoring), "static": (static, scoring)}
+    if scoring is not None:
+        constraints["static_plain"] = (static, None)
+    decoders = _decoders(model, constraints, K)
+    emb, histories = _content_inputs(cfg, layout, ds, split)
+    row_inputs = {}
+    if cfg.eval.cold_content_weight:
+        decoders[CONTENT_PRIOR], row_inputs[CONTENT_PRIOR] = content_prior_method(
+            cfg, split, model, sids[split.cold_items], static, scoring, emb, histories
+        )
+    decoded = evaluate.decode_interleaved(
+        decoders,
+        inputs,
+        metrics.SIDLookup(sids, V),
+        batch_size=batch_size,
+        desc=f"cold {fraction:g}",
+        progress=progress,
+        row_inputs=row_inputs,
+    )
+    cold = split.cold_mask
+    methods = {
+        name: evaluate.method_metrics(decoded[name], targets, cold, allowed_key="cold_rate")
+        for name in decoded
+    }
+    methods.update(_model_free(cfg, split, targets, emb, histories))
+    overhead = decoded["static"].seconds_per_user / decoded["unconstrained"].seconds_per_user
+    result = {
+        **_cold_header(cfg, split, len(targets), validation),
+        "methods": {
+            k: methods[k]
+            for k in ("unconstrained", "random", "content", "static", "static_plain", CONTENT_PRIOR)
+            if k in methods
+        },
+        "scoring": {
+            "prior_weight": cfg.eval.cold_prior_weight,
+            "level_weights": list(cfg.eval.cold_level_weights) or [1.0] * L,
+        },
+        "static_overhead_ratio_median": float(np.median(overhead)),
+        "static_index_build_seconds": build_seconds,
+        "static_index_bytes": int(index.nbytes()["total"]),
+    }
+    if cfg.eval.cold_content_weight:
+        result["scoring"]["content_weight"] = cfg.eval.cold_content_weight
+        result["scoring"]["content_temperature"] = cfg.eval.cold_content_temperature
+    result["environment"] = environment()
+    atomic.write_json(layout.cold_start_result(fraction, validation=validation), result)
+    return result
+
+
+def evaluate_warm(
+    cfg: Config,
+    layout: RunLayout,
+    *,
+    batch_size: int = 64,
+    validation: bool = False,
+    ensemble: Sequence[Path | str] = (),
+    holdout_of: Sequence[Path | str] = (),
+    progress: bool = True,
+) -> dict:
+    """TIGER's leave-one-out: Recall/NDCG@5/10, unconstrained and constrained to all items.
+
+    `validation`: the same on every user's second-to-last item (never trained on; the tuning
+    protocol, far larger than the retriever's own 1,000-user holdout). `ensemble`: other
+    leave-one-out retriever directories trained on the same SIDs (other seeds); the beams then
+    rank by the average of all the retrievers' per-level log-probabilities, together with the
+    pipeline's own members (`eval.warm_ensemble_seeds`). With `validation`, the block
+    `outside_holdout` scores the users that neither these retrievers nor those of `holdout_of`
+    chose their checkpoints on."""
+    if holdout_of and not validation:
+        raise ArgumentError("--holdout-of: only with --validation")
+    own_leave_one_out(cfg, layout)
+    loo = Split("loo")
+    ds, sids = load_inputs(cfg, layout)
+    rdir = layout.retriever(loo)
+    model = load_retriever(layout, loo)
+    # A missing member of the pipeline's own: the one-line "run the pipeline", before any is loaded.
+    own = [require_retriever(layout, Split("loo", seed=s)) for s in cfg.eval.warm_ensemble_seeds]
+    ensemble = [*own, *ensemble]
+    members = ensemble_members(ensemble, ds, sids, model.space.codebook_size)
+    split = leave_one_out(ds)
+    if validation:
+        split = split.validation_as_test()
+        # The users any of these retrievers chose its checkpoint on (read before decoding, so
+        # that a DIR without a retriever is named before any work).
+        chosen = chosen_on([rdir, *ensemble, *holdout_of], len(split.users))
+    V, L = model.space.codebook_size, model.space.num_levels
+    targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
+    K = max(cfg.eval.beam_size, 10)  # Recall@10 needs at least 10 beams
+    index = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.decode.dense_levels)
+    scoring = warm_scoring(cfg.eval, split.train, sids, V)
+    constraints = {
+        "unconstrained": (Unconstrained(V, L), scoring),
+        "static_all_items": (StaticConstraint(index), scoring),
+    }
+    if scoring is not None:  # the plain joint log-probability beside (TIGER's ranking rule)
+        constraints["static_plain"] = (StaticConstraint(index), None)
+    rule = cfg.eval.warm_ensemble_rule
+    decoders = _decoders([model, *members], constraints, K, rule)
+    users = _sample_users(len(split.test_targets), cfg.eval)
+    histories = Histories.from_lists([split.test_histories[int(u)] for u in users])
+    row_inputs = {}
+    if cfg.eval.warm_cooc_weight:
+        train = loo_training(ds.histories, len(sids))
+        decoders[COOCCURRENCE_PRIOR] = cooccurrence_prior_method(
+            cfg.eval, [model, *members], sids, StaticConstraint(index), scoring, train, K
+        )
+        row_inputs[COOCCURRENCE_PRIOR] = histories.items[histories.offsets[1:] - 1]
+    decoded = evaluate.decode_interleaved(
+        decoders,
+        inputs,
+        metrics.SIDLookup(sids, V),
+        batch_size=batch_size,
+        desc="leave-one-out",
+        progress=progress,
+        row_inputs=row_inputs,
+    )
+    everything = np.ones(len(sids), bool)
+    methods = {
+        name: evaluate.method_metrics(d, targets, everything, allowed_key="item_rate")
+        for name, d in decoded.items()
+    }
+    # A model-free reference: the items most often next to the user's last item in training.
+    # One ranking gives both the plain list and the one without the user's history items.
+    cooc, cooc_unseen = cooccurrence_metrics(ds.histories, histories, targets, len(sids))
+    methods["item_cooccurrence"] = cooc
+    # The same ranked lists without each user's own history items: one interaction per user and
+    # item, so a history item is never a target (S3-Rec's full-sort protocol ranks this way).
+    history_excluded = {
+        name: metrics.ranking_metrics(
+            metrics.drop_seen(np.where(d.valid, d.items, -1), histories, 10),
+            targets,
+            ks=(1, 5, 10),
+            ndcg_ks=(5, 10),
+        )
+        for name, d in decoded.items()
+    }
+    history_excluded["item_cooccurrence"] = cooc_unseen
+    result = {
+        "dataset": cfg.data.dataset,
+        "num_test_users": int(len(targets)),
+        "beam_size": K,
+        "methods": methods,
+        "history_excluded": history_excluded,
+        "seed": cfg.eval.seed,
+        "split": "validation" if validation else "test",
+    }
+    if validation:
+        # Users outside every holdout: their numbers carry no bias from the choices of
+        # checkpoint (runs whose holdouts differ compare here, as SASRec's do).
+        outside = outside_holdouts(users, *chosen)
+        result["outside_holdout"] = {"num_users": int(len(outside))} | {
+            name: metrics.ranking_metrics(
+                np.where(d.valid, d.items, -1)[outside],
+                targets[outside],
+                ks=(1, 5, 10),
+                ndcg_ks=(5, 10),
+            )
+            for name, d in decoded.items()
+        }
+        if holdout_of:
+            result["outside_holdout"]["holdout_of"] = [str(d) for d in holdout_of]
+    if members:
+        result["ensemble"] = [str(rdir), *map(str, ensemble)]
+        result["ensemble_rule"] = rule
+    if scoring is not None:
+        result["scoring"] = {
+            "prior_weight": cfg.eval.warm_prior_weight,
+            "prior_levels": cfg.eval.warm_prior_levels,
+        }
+    if cfg.eval.warm_cooc_weight:
+        result["cooccurrence_prior"] = {
+            "weight": cfg.eval.warm_cooc_weight,
+            "smoothing": cfg.eval.warm_cooc_smoothing,
+        }
+    result["environment"] = environment()
+    atomic.write_json(layout.validation_warm_result if validation else layout.warm_result, result)
+    return result

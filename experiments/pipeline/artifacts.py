@@ -1,0 +1,121 @@
+"""Reading a work directory's artifacts, each checked: a missing or damaged one is an
+ArtifactError that names it and the command that makes it again."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+import rqvae
+from data import prepared
+from data.errors import ArgumentError, ArtifactError
+from data.examples import RetrieverData, cold_start_examples, loo_examples
+from data.types import InteractionData
+from experiments.config import Config
+from experiments.pipeline.layout import RunLayout, Split
+from rqvae.sids import check_sids_match
+from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE
+from seqmodel.state import Retriever
+
+_loaded: dict[str, tuple[str, InteractionData]] = {}
+
+
+def load_dataset(layout: RunLayout) -> InteractionData:
+    """The prepared dataset, read once per process while its content key is unchanged."""
+    key_file = layout.require(
+        layout.prepared / prepared.KEY_FILE, f"genret prepare --workdir {layout.root}"
+    )
+    path, key = str(layout.prepared.resolve()), key_file.read_text()
+    if path not in _loaded or _loaded[path][0] != key:
+        _loaded.clear()
+        try:
+            _loaded[path] = (key, prepared.load_prepared(layout.prepared))
+        except (OSError, ValueError, KeyError) as e:
+            raise ArtifactError(
+                f"{layout.prepared}: the prepared dataset does not load ({type(e).__name__}: "
+                f"{e}); delete it and run `genret prepare --workdir {layout.root}`"
+            ) from None
+    return _loaded[path][1]
+
+
+def load_sids(cfg: Config, layout: RunLayout, ds: InteractionData) -> np.ndarray:
+    """The tokenizer's SIDs, checked against the prepared catalog and the config's codebook."""
+    layout.require(layout.sids, f"genret train-tokenizer --workdir {layout.root}")
+    sids, asins = rqvae.load_sids(layout.tokenizer)
+    check_sids_match(
+        asins, ds.catalog.asins, layout.tokenizer, sids=sids, codebook_size=cfg.rqvae.codebook_size
+    )
+    return np.asarray(sids, np.int32)
+
+
+def _leave_one_out_elsewhere(layout: RunLayout, preset: str) -> str:
+    """The one line for a leave-one-out request at a work directory whose leave-one-out part is
+    the `eval.warm_preset` run in WORKDIR/loo."""
+    warm = layout.warm_run.root
+    return (
+        f"--workdir {layout.root}: its leave-one-out part runs as preset {preset} in {warm} "
+        f"(eval.warm_preset); pass --workdir {warm}"
+    )
+
+
+def own_leave_one_out(cfg: Config, layout: RunLayout) -> None:
+    """An ArgumentError when this run's leave-one-out part lives in another work directory
+    (`eval.warm_preset`), naming that directory."""
+    if cfg.eval.warm_preset:
+        raise ArgumentError(_leave_one_out_elsewhere(layout, cfg.eval.warm_preset))
+
+
+def require_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Path:
+    """The directory of `split`'s trained retriever (or `retriever_dir`), without loading it; a
+    missing one is an ArtifactError naming it and the command that trains it, or, where the
+    pipeline ran the leave-one-out part in WORKDIR/loo, that directory (the callers that hold
+    no config: serve, train-draft, bench-decode)."""
+    rdir = layout.retriever(split) if retriever_dir is None else Path(retriever_dir)
+    warm = layout.warm_run
+    if retriever_dir is None and split.kind == "loo" and not rdir.exists() and warm.config.exists():
+        try:
+            preset = json.loads(warm.config.read_text())["name"]
+        except (OSError, ValueError, KeyError, TypeError):
+            preset = "?"
+        raise ArtifactError(_leave_one_out_elsewhere(layout, preset))
+    command = split.train_command(layout.root)
+    layout.require(rdir / MODEL_FILE, command)
+    layout.require(rdir / CHECKPOINTS_DIR, command)
+    return rdir
+
+
+def load_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Retriever:
+    """The best checkpoint's retriever of `split` (or of `retriever_dir`)."""
+    from seqmodel.inference import load_retriever as load
+
+    return load(require_retriever(layout, split, retriever_dir))
+
+
+def load_json_result(path: Path) -> dict:
+    """A results file, or an ArtifactError naming it (the ledger's check of an evaluation)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ArtifactError(
+            f"{path}: cannot be read ({type(e).__name__}); rerun the stage that writes it"
+        ) from None
+
+
+def split_examples(
+    ds: InteractionData, sids: np.ndarray, split: Split, codebook_size: int, seq
+) -> RetrieverData:
+    """The training and validation examples of `split` (seq: the retriever's SeqModelConfig,
+    for its holdout size and seed)."""
+    if split.kind == "loo":
+        return loo_examples(
+            ds, sids, codebook_size=codebook_size, eval_users=seq.eval_users, seed=seq.seed
+        )
+    return cold_start_examples(
+        ds,
+        sids,
+        codebook_size=codebook_size,
+        fraction=split.fraction,
+        eval_users=seq.eval_users,
+        seed=seq.seed,
+        validation=split.validation,
+    )

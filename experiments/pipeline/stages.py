@@ -1,0 +1,253 @@
+"""The stages as library functions of (resolved config, run layout): each checks its inputs,
+does its work and returns what it wrote. `genret <command>` calls one; `genret pipeline` calls
+them in order, in one process, so the prepared dataset is loaded once per run."""
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import rqvae
+from data import atomic, prepared
+from data.config import amazon_category
+from data.environment import environment
+from data.errors import ArgumentError, ArtifactError
+from data.types import Histories
+from experiments import config as config_lib
+from experiments.config import Config
+from experiments.evaluation import plots, report
+from experiments.evaluation import retrieval as retrieval_eval
+from experiments.pipeline.artifacts import (
+    load_dataset,
+    load_json_result,
+    load_sids,
+    own_leave_one_out,
+    split_examples,
+)
+from experiments.pipeline.layout import RunLayout, Split
+
+# Where the real files live on development machines and in CI (see README).
+DEFAULT_AMAZON_ROOT = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "amazon2014"
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What a stage wrote: its artifacts, and a summary for the terminal."""
+
+    paths: tuple[Path, ...]
+    summary: dict
+
+
+def save_config(cfg: Config, layout: RunLayout) -> None:
+    """config.json := the config of the last stage that finished (process 0 only)."""
+    if jax.process_index() != 0:
+        return
+    text = json.dumps(config_lib.to_dict(cfg), indent=2) + "\n"
+    if not layout.config.is_file() or layout.config.read_text() != text:
+        atomic.write_text(layout.config, text)
+
+
+def raw_dir_of(cfg: Config, layout: RunLayout) -> Path:
+    """The folder the prepare stage reads (for synthetic data: generates)."""
+    data = cfg.data
+    if data.dataset == "synthetic":
+        return Path(data.raw_dir) if data.raw_dir else layout.raw
+    if data.raw_dir:
+        return Path(data.raw_dir)
+    if amazon_category(data):
+        return DEFAULT_AMAZON_ROOT / amazon_category(data)
+    raise ArgumentError(f"--raw-dir: required with --dataset {data.dataset}")
+
+
+def prepare(cfg: Config, layout: RunLayout, *, progress: bool = True) -> Written:
+    """Raw files -> the prepared dataset (reused while the raw files and data config match)."""
+    out = prepared.prepare(cfg.data, raw_dir_of(cfg, layout), layout.prepared, progress=progress)
+    summary = json.loads((out / "report.json").read_text())
+    return Written((out,), {"prepared": str(out), **summary})
+
+
+def train_tokenizer(cfg: Config, layout: RunLayout, *, progress: bool = True) -> Written:
+    """Item texts -> embeddings -> RQ-VAE -> SIDs of every item, in the tokenizer directory."""
+    from rqvae.pipeline import summary, tokenize_catalog
+
+    ds = load_dataset(layout)
+    # MiniLM loads from the model files inside its package; never ask a hub.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    metrics = tokenize_catalog(
+        cfg.rqvae,
+        ds.catalog,
+        layout.tokenizer,
+        cache_dir=layout.embeddings,
+        cold_fraction=max(cfg.eval.cold_start_fractions),
+        histories=ds.histories,
+        progress=progress,
+    )
+    sids, _ = rqvae.load_sids(layout.tokenizer)
+    plot = plots.code_usage(sids[:, :-1], cfg.rqvae.codebook_size, layout.code_usage_plot)
+    paths = (layout.sids, layout.asins, layout.tokenizer_metrics) + ((plot,) if plot else ())
+    return Written(paths, {"tokenizer": str(layout.tokenizer), **summary(metrics)})
+
+
+def train_retriever(
+    cfg: Config, layout: RunLayout, split: Split, *, progress: bool = True
+) -> Written:
+    """The decoder retriever of `split`, trained (or resumed) in its directory (an ensemble
+    member's split: with its own seed)."""
+    from seqmodel.train import read_metrics, train_and_evaluate
+
+    if split.kind == "loo":
+        own_leave_one_out(cfg, layout)
+    ds = load_dataset(layout)
+    sids = load_sids(cfg, layout, ds)
+    V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
+    seq = split.retriever_config(cfg.seqmodel)
+    data = split_examples(ds, sids, split, V, seq)
+    result = train_and_evaluate(seq, layout.retriever(split), data, show_progress=progress)
+    paths = [layout.retriever_summary(split), layout.retriever_model(split)]
+    if jax.process_index() == 0:
+        rows = read_metrics(layout.retriever_metrics(split))
+        plot = plots.loss_curve(rows, layout.retriever_plot(split))
+        paths += [plot] if plot else []
+    return Written(tuple(paths), {"retriever": str(layout.retriever(split)), **result.summary})
+
+
+def evaluate_cold_start(
+    cfg: Config,
+    layout: RunLayout,
+    fraction: float,
+    *,
+    validation: bool = False,
+    batch_size: int = 64,
+    progress: bool = True,
+) -> Written:
+    """Unconstrained vs constrained random vs STATIC over the cold set (or the validation set)."""
+    result = retrieval_eval.evaluate_cold_start(
+        cfg, layout, fraction, batch_size=batch_size, validation=validation, progress=progress
+    )
+    return Written((layout.cold_start_result(fraction, validation=validation),), result)
+
+
+def evaluate_warm(
+    cfg: Config,
+    layout: RunLayout,
+    *,
+    batch_size: int = 64,
+    validation: bool = False,
+    ensemble: Sequence[Path | str] = (),
+    holdout_of: Sequence[Path | str] = (),
+    progress: bool = True,
+) -> Written:
+    """TIGER's leave-one-out Recall/NDCG@5/10 of the leave-one-out retriever (`validation`: on
+    every user's second-to-last item instead of the last; `ensemble`: averaged with these other
+    leave-one-out retrievers of the same SIDs; `holdout_of`: retrievers whose holdouts the
+    validation's outside_holdout block also leaves out)."""
+    result = retrieval_eval.evaluate_warm(
+        cfg,
+        layout,
+        batch_size=batch_size,
+        validation=validation,
+        ensemble=ensemble,
+        holdout_of=holdout_of,
+        progress=progress,
+    )
+    path = layout.validation_warm_result if validation else layout.warm_result
+    return Written((path,), result)
+
+
+def copy_warm_result(warm: RunLayout, layout: RunLayout) -> Written:
+    """The leave-one-out part's results/warm.json (`eval.warm_preset`, run in `warm`) as this
+    run's results/warm.json, with the work directory it came from."""
+    result = load_json_result(warm.warm_result)
+    result["run"] = str(warm.root)
+    atomic.write_json(layout.warm_result, result)
+    return Written((layout.warm_result,), {"warm": str(layout.warm_result), "run": str(warm.root)})
+
+
+def write_report(cfg: Config, layout: RunLayout) -> Written:
+    """results/report.md (and its plots) from the results present."""
+    if not layout.results.is_dir():
+        raise ArtifactError(
+            f"{layout.results}: no results yet; run `genret pipeline --workdir {layout.root}`"
+        )
+    paths = report.write_report(cfg, layout)
+    return Written(tuple(paths), {"report": str(layout.report)})
+
+
+def sasrec(
+    cfg: Config, layout: RunLayout, *, validation: bool = False, progress: bool = True
+) -> Written:
+    """The SASRec baseline on TIGER's leave-one-out split: trained (or resumed) on all but each
+    user's last two items, early-stopped on a sample of second-to-last items, then ranked over
+    the full catalog for every test user (Recall/NDCG@5/10); with `validation`, for every
+    user's second-to-last item instead, and the test targets are not read."""
+    from data.splits import holdout_rows, leave_one_out, outside_holdouts
+    from experiments.evaluation import metrics
+    from seqmodel import sasrec as sasrec_lib
+
+    ds = load_dataset(layout)
+    split = leave_one_out(ds)
+    seq = cfg.sasrec
+    rows = holdout_rows(len(split.valid_targets), seq.eval_users, seq.seed)
+    valid_h = Histories.from_lists([split.valid_histories[int(i)] for i in rows])
+    graphdef, params, summary = sasrec_lib.train_and_evaluate(
+        seq,
+        layout.sasrec,
+        split.train,
+        valid_h,
+        split.valid_targets[rows],
+        len(ds.catalog),
+        show_progress=progress,
+    )
+    if validation:
+        histories, targets = split.valid_histories, split.valid_targets
+        out = layout.validation_sasrec_result
+    else:
+        histories, targets = split.test_histories, split.test_targets
+        out = layout.sasrec_result
+    start = time.perf_counter()
+    ranked = sasrec_lib.encode_items(histories, seq.max_history)
+    pred = sasrec_lib.top_k(graphdef, params, ranked, k=10, batch_size=256)
+    seconds = (time.perf_counter() - start) / len(pred)
+    # The top 10 among the items not in the user's history (S3-Rec's full-sort protocol, whose
+    # SASRec numbers TIGER's Table 1 quotes): one interaction per user and item, so a history
+    # item is never a target.
+    wide = min(metrics.unseen_depth(histories, 10), len(ds.catalog))
+    unseen = metrics.drop_seen(
+        sasrec_lib.top_k(graphdef, params, ranked, k=wide, batch_size=256), histories, 10
+    )
+    result = {
+        "dataset": cfg.data.dataset,
+        "split": "validation" if validation else "test",
+        "num_test_users": int(len(pred)),
+        "methods": {
+            "sasrec": {
+                **metrics.ranking_metrics(pred, targets, ks=(5, 10), ndcg_ks=(5, 10)),
+                "latency_ms_median": 1000 * seconds,
+            }
+        },
+        "history_excluded": {
+            "sasrec": metrics.ranking_metrics(unseen, targets, ks=(5, 10), ndcg_ks=(5, 10))
+        },
+        "train": summary,
+        "seed": seq.seed,
+        "environment": environment(),
+    }
+    if validation:
+        # The users the early stop did not see: their numbers carry no bias from the choice of
+        # checkpoint. Runs whose holdouts differ compare on the users outside the larger one
+        # (docs/scripts/sasrec_best_so_far.py --outside K; samples of one seed are nested).
+        outside = outside_holdouts(np.arange(len(targets)), rows)
+        result["outside_holdout"] = {
+            "num_users": int(len(outside)),
+            "sasrec": metrics.ranking_metrics(
+                pred[outside], targets[outside], ks=(5, 10), ndcg_ks=(5, 10)
+            ),
+        }
+    atomic.write_json(out, result)
+    return Written((out,), result)

@@ -1,0 +1,1 @@
+"""Process-level settings of the `genret` command: the compile cache and huge pages."""

@@ -1,0 +1,1 @@
+"""The retrieval service behind `genret serve` and its loopback load test."""

@@ -1,0 +1,452 @@
+"""The retrieval service: a trained retriever behind a live catalog (`decoding.live`), served as
+HTTP JSON by FastAPI, with requests batched on the server into one compiled beam search.
+
+Why FastAPI (on Starlette) + uvicorn: both are mature and widely deployed ASGI projects, so the
+app runs on any ASGI server and is tested in-process through httpx's ASGI transport without a
+socket; FastAPI's pydantic request models reject malformed bodies with the location of the bad
+field (`history[3]`, `k`), which is the error contract of this service; uvicorn is the reference
+ASGI server. Checks that need the catalog (unknown items, set names, history length) raise the
+same kind of error, so every 4xx body is {"error": "<field>: <why>", "field": "<field>"}.
+
+Consistency: a request's constraint reads the catalog's index once, when its batch is formed, so
+a toggle acknowledged before a request was sent applies to it. A write request is validated
+whole before anything is applied: a failed one changes nothing.
+"""
+
+import asyncio
+import collections
+import dataclasses
+import threading
+import time
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from flax import nnx
+from pydantic import BaseModel, ConfigDict, Field
+
+from decoding.live import MAX_SETS, TIME_MIN, LiveCatalog, LiveConstraint, lookup
+from seqmodel.inference import decode
+from seqmodel.state import Retriever
+from seqmodel.tokens import encode_history, sid_tokens
+
+INT32_MAX = 2**31 - 1
+MAX_WRITE = 10_000  # items per write request
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    batch_size: int = 16  # B: requests per decode call (padded: one compiled program)
+    max_wait_ms: float = 5.0  # how long a batch waits for more requests after its first
+    beam_size: int = 20  # K: also the largest k a request may ask for
+    set_names: tuple[str, ...] = ("in_stock", "new")  # "new": items added by /items/add
+    # Toggles update the device index in place (no copy: for large catalogs); a toggle then
+    # waits for the decodes in flight to finish.
+    in_place: bool = False
+
+
+class RequestError(Exception):
+    """A request that cannot be served; `field` names the offending part of its body."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+# ---------------------------------------------------------------------------------------------
+# Request bodies: unknown fields are errors, so a typo is not silently ignored.
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RecommendBody(_Body):
+    history: list[str] = Field(max_length=10_000)
+    k: int | None = None  # default: min(10, the beam width)
+    sets: list[str] = Field(default_factory=list, max_length=MAX_SETS)
+    newer_than: int | None = Field(default=None, ge=TIME_MIN, le=INT32_MAX)
+
+
+class ItemsBody(_Body):
+    asins: list[str] = Field(min_length=1, max_length=MAX_WRITE)
+
+
+class MembershipBody(ItemsBody):
+    set: str
+    member: bool
+
+
+class NewItem(_Body):
+    asin: str = Field(min_length=1, max_length=200)
+    sid: list[int]
+    time: int | None = Field(default=None, ge=TIME_MIN, le=INT32_MAX)
+    sets: list[str] | None = None  # default: every named set
+
+
+class AddBody(_Body):
+    items: list[NewItem] = Field(min_length=1, max_length=MAX_WRITE)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Recommender:
+    """The retriever, the live catalog and the host maps asin <-> item id <-> SID.
+
+    Writes come from the event loop (one at a time); decoding runs in a worker thread and reads
+    only the catalog's index (one immutable snapshot per batch) and append-only maps.
+    """
+
+    def __init__(
+        self,
+        model: Retriever,
+        sids: np.ndarray,
+        asins: Sequence[str],
+        times: np.ndarray,
+        cfg: ServeConfig,
+    ):
+        space = model.space
+        self.cfg = cfg
+        self.max_history = model.cfg.max_history
+        self.num_levels, self.vocab = space.num_levels, space.codebook_size
+        sids = np.asarray(sids, np.int32)
+        times = np.clip(np.asarray(times, np.int64), TIME_MIN, INT32_MAX)
+        self.asins = [str(a) for a in asins]
+        self.ids = {a: i for i, a in enumerate(self.asins)}
+        self.by_sid = {s.tobytes(): a for s, a in zip(sids, self.asins, strict=True)}
+        self.tokens = sid_tokens(sids, self.vocab)
+        old = 1 << cfg.set_names.index("new") if "new" in cfg.set_names else 0
+        self.catalog = LiveCatalog(
+            sids,
+            vocab_size=self.vocab,
+            set_names=cfg.set_names,
+            sets=np.full(len(sids), (1 << len(cfg.set_names)) - 1 - old),
+            times=times,
+            in_place=cfg.in_place,
+        )
+        graphdef, params = nnx.split(model)
+        self._params = jax.device_put(params)
+        K, B = cfg.beam_size, cfg.batch_size
+        self._decode = jax.jit(lambda p, c, t: decode(graphdef, p, t, c, K))
+        self._pad_tokens = encode_history(self.tokens, np.zeros(0, np.int64), self.max_history)
+        self._write_lock = threading.Lock()
+        self.run_batch([self._pad_row()] * B)  # compile before the first request
+
+    # -- recommend ------------------------------------------------------------------------------
+
+    def _pad_row(self) -> tuple[np.ndarray, int, int]:
+        return self._pad_tokens, 0, TIME_MIN
+
+    def prepare(self, body: RecommendBody) -> tuple[np.ndarray, int, int, int]:
+        """(tokens, set mask, min time, k) of a request, or RequestError naming the field."""
+        if len(body.history) > self.max_history:
+            raise RequestError(
+                "history", f"{len(body.history)} items; this model reads at most {self.max_history}"
+            )
+        ids = []
+        for i, a in enumerate(body.history):
+            if (j := self.ids.get(a)) is None:
+                raise RequestError(f"history[{i}]", f"unknown item {a!r}")
+            ids.append(j)
+        k = min(10, self.cfg.beam_size) if body.k is None else body.k
+        if not 1 <= k <= self.cfg.beam_size:
+            raise RequestError("k", f"must be in [1, {self.cfg.beam_size}], got {k}")
+        mask = self._mask(body.sets, "sets")
+        min_time = TIME_MIN if body.newer_than is None else body.newer_than
+        tokens = encode_history(self.tokens, np.asarray(ids, np.int64), self.max_history)
+        return tokens, mask, min_time, k
+
+    def _mask(self, names: Sequence[str], field: str) -> int:
+        for i, n in enumerate(names):
+            if n not in self.cfg.set_names:
+                known = ", ".join(self.cfg.set_names)
+                raise RequestError(f"{field}[{i}]", f"unknown set {n!r}; known sets: {known}")
+        return sum(1 << self.cfg.set_names.index(n) for n in set(names))
+
+    def run_batch(self, rows: list[tuple[np.ndarray, int, int]]) -> list[list[tuple[str, float]]]:
+        """Decodes up to B requests padded to B rows: per row, its valid beams (asin, score)."""
+        B = self.cfg.batch_size
+        rows = rows + [self._pad_row()] * (B - len(rows))
+        tokens = np.stack([r[0] for r in rows])
+        sets = jnp.asarray([r[1] for r in rows], jnp.int32)
+        min_time = jnp.asarray([r[2] for r in rows], jnp.int32)
+        # The index is held until the results are on the host (an in-place toggle waits).
+        with self.catalog.reading() as index:
+            c = LiveConstraint(index, sets, min_time)
+            res = self._decode(self._params, c, jax.device_put(tokens))
+            toks, scores, valid = jax.device_get((res.tokens, res.scores, res.valid))
+        toks = toks.astype(np.int32)
+        out = []
+        for b in range(B):
+            out.append(
+                [
+                    (self.by_sid[toks[b, j].tobytes()], float(scores[b, j]))
+                    for j in range(toks.shape[1])
+                    if valid[b, j]
+                ]
+            )
+        return out
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def item_ids(self, asins: Sequence[str], field: str = "asins") -> np.ndarray:
+        ids = []
+        for i, a in enumerate(asins):
+            if (j := self.ids.get(a)) is None:
+                raise RequestError(f"{field}[{i}]", f"unknown item {a!r}")
+            ids.append(j)
+        return np.asarray(ids, np.int32)
+
+    def set_enabled(self, asins: Sequence[str], value: bool) -> int:
+        ids = self.item_ids(asins)
+        with self._write_lock:
+            self.catalog.set_enabled(ids, value)
+        return len(ids)
+
+    def set_membership(self, asins: Sequence[str], set_name: str, value: bool) -> int:
+        if set_name not in self.cfg.set_names:
+            raise RequestError("set", f"unknown set {set_name!r}; known: {self.cfg.set_names}")
+        ids = self.item_ids(asins)
+        with self._write_lock:
+            self.catalog.set_membership(set_name, ids, value)
+        return len(ids)
+
+    def add(self, items: Sequence[NewItem]) -> dict:
+        """New items with explicit SIDs; all are checked before any is added."""
+        L, V = self.num_levels, self.vocab
+        now = min(int(time.time()), INT32_MAX)
+        sids, masks, times, seen_sid, seen_asin = [], [], [], set(), set()
+        for i, it in enumerate(items):
+            if it.asin in self.ids or it.asin in seen_asin:
+                raise RequestError(f"items[{i}].asin", f"item {it.asin!r} already exists")
+            if len(it.sid) != L or any(not 0 <= c < V for c in it.sid):
+                raise RequestError(f"items[{i}].sid", f"expected {L} codes in [0, {V})")
+            sid = np.asarray(it.sid, np.int32)
+            if sid.tobytes() in self.by_sid or sid.tobytes() in seen_sid:
+                raise RequestError(f"items[{i}].sid", f"SID {it.sid} is already an item's")
+            names = self.cfg.set_names if it.sets is None else it.sets
+            masks.append(self._mask(names, f"items[{i}].sets"))
+            seen_sid.add(sid.tobytes())
+            seen_asin.add(it.asin)
+            sids.append(sid)
+            times.append(now if it.time is None else it.time)
+        sids = np.stack(sids)
+        with self._write_lock:
+            # SID -> asin first: a decode that sees the new items in the index can name them.
+            for s, it in zip(sids, items, strict=True):
+                self.by_sid[s.tobytes()] = it.asin
+            try:
+                ids = self.catalog.add(sids, sets=np.asarray(masks), times=np.asarray(times))
+            except ValueError as e:  # checked above; kept so that a failure changes nothing
+                for s in sids:
+                    del self.by_sid[s.tobytes()]
+                raise RequestError("items", str(e)) from None
+            self.tokens = np.concatenate([self.tokens, sid_tokens(sids, V)])
+            self.asins.extend(it.asin for it in items)
+            for j, it in zip(ids, items, strict=True):
+                self.ids[it.asin] = int(j)
+        # Past the index's spare capacity, a background rebuild places them (decodable then).
+        with self.catalog.reading() as index:
+            placed = np.asarray(lookup(index, sids)) >= 0
+        return {"added": len(items), "decodable_now": int(placed.sum())}
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Batcher:
+    """Gathers recommend requests into batches of up to B (waiting at most max_wait_ms after the
+    first) and decodes each batch in a worker thread, so toggles keep flowing meanwhile."""
+
+    def __init__(self, rec: Recommender, stats: "Stats"):
+        self.rec, self.stats = rec, stats
+        self.pending: collections.deque = collections.deque()
+        # Set on every arrival. The batcher only waits on it (never on a queue get that a
+        # timeout could cancel after taking a request: asyncio.wait_for on 3.11 can lose one).
+        self.arrived = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    async def submit(self, row) -> list[tuple[str, float]]:
+        if self.task is None:  # started by the first request (in-process clients skip lifespan)
+            self.task = asyncio.create_task(self.loop())
+        fut = asyncio.get_running_loop().create_future()
+        self.pending.append((row, fut))
+        self.arrived.set()
+        return await fut
+
+    async def _wait(self, timeout: float | None) -> None:
+        """Until the next arrival (or the timeout); the caller checked `pending` just before,
+        with no await in between, so no arrival is missed."""
+        self.arrived.clear()
+        try:
+            await asyncio.wait_for(self.arrived.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def loop(self) -> None:
+        B, wait = self.rec.cfg.batch_size, self.rec.cfg.max_wait_ms / 1e3
+        while True:
+            while not self.pending:
+                await self._wait(None)
+            deadline = time.perf_counter() + wait
+            while len(self.pending) < B and (left := deadline - time.perf_counter()) > 0:
+                await self._wait(left)
+            batch = [self.pending.popleft() for _ in range(min(B, len(self.pending)))]
+            t = time.perf_counter()
+            try:
+                results = await asyncio.to_thread(self.rec.run_batch, [r for r, _ in batch])
+            except Exception as e:  # a bug: fail this batch's requests, keep serving
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(e)
+                continue
+            self.stats.batch(len(batch), time.perf_counter() - t)
+            for (_, fut), res in zip(batch, results, strict=False):
+                if not fut.done():
+                    fut.set_result(res)
+
+
+class Stats:
+    """Request counts per endpoint and status, batch sizes, latency percentiles (last 10,000)."""
+
+    def __init__(self):
+        self.counts: collections.Counter = collections.Counter()
+        self.latency_ms: collections.deque = collections.deque(maxlen=10_000)
+        self.decode_ms: collections.deque = collections.deque(maxlen=10_000)
+        self.batch_sizes: collections.Counter = collections.Counter()
+
+    def batch(self, size: int, seconds: float) -> None:
+        self.batch_sizes[size] += 1
+        self.decode_ms.append(seconds * 1e3)
+
+    def summary(self) -> dict:
+        def pct(xs) -> dict:
+            if not xs:
+                return {"count": 0}
+            a = np.asarray(xs)
+            return {
+                "count": len(a),
+                "p50_ms": float(np.percentile(a, 50)),
+                "p99_ms": float(np.percentile(a, 99)),
+            }
+
+        n = sum(self.batch_sizes.values())
+        rows = sum(k * v for k, v in self.batch_sizes.items())
+        return {
+            "requests": {f"{p} {s}": c for (p, s), c in sorted(self.counts.items())},
+            "batches": n,
+            "mean_batch_size": rows / n if n else 0.0,
+            "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
+            "recommend_latency": pct(self.latency_ms),
+            "decode_latency": pct(self.decode_ms),
+        }
+
+
+def _field(loc: Sequence) -> str:
+    """('body', 'history', 3) -> 'history[3]'."""
+    out = ""
+    for part in loc[1:] if loc and loc[0] == "body" else loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def create_app(rec: Recommender) -> FastAPI:
+    """The service's routes over `rec`; the batcher starts and stops with the app."""
+    stats = Stats()
+
+    batcher = Batcher(rec, stats)
+
+    async def lifespan(app: FastAPI):
+        yield
+        if batcher.task is not None:
+            batcher.task.cancel()
+
+    app = FastAPI(title="genret", lifespan=lifespan)
+    app.state.stats = stats
+
+    @app.middleware("http")
+    async def count(request: Request, call_next):
+        response = await call_next(request)
+        stats.counts[(request.url.path, response.status_code)] += 1
+        return response
+
+    @app.exception_handler(RequestError)
+    async def bad_request(request: Request, e: RequestError):
+        return JSONResponse({"error": str(e), "field": e.field}, status_code=422)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError):
+        errors = e.errors()
+        field = _field(errors[0]["loc"]) if errors else "body"
+        msg = errors[0]["msg"] if errors else "invalid request"
+        detail = [{"field": _field(x["loc"]), "message": x["msg"]} for x in errors]
+        return JSONResponse(
+            {"error": f"{field}: {msg}", "field": field, "detail": detail}, status_code=422
+        )
+
+    @app.post("/recommend")
+    async def recommend(body: RecommendBody) -> dict:
+        t = time.perf_counter()
+        tokens, mask, min_time, k = rec.prepare(body)
+        beams = await batcher.submit((tokens, mask, min_time))
+        stats.latency_ms.append((time.perf_counter() - t) * 1e3)
+        return {"items": [{"asin": a, "score": s} for a, s in beams[:k]]}
+
+    @app.post("/items/disable")
+    async def disable(body: ItemsBody) -> dict:
+        return {"disabled": rec.set_enabled(body.asins, False)}
+
+    @app.post("/items/enable")
+    async def enable(body: ItemsBody) -> dict:
+        return {"enabled": rec.set_enabled(body.asins, True)}
+
+    @app.post("/items/membership")
+    async def membership(body: MembershipBody) -> dict:
+        return {"changed": rec.set_membership(body.asins, body.set, body.member)}
+
+    @app.post("/items/add")
+    async def add(body: AddBody) -> dict:
+        return rec.add(body.items)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {
+            "status": "ok",
+            "items": rec.catalog.num_items,
+            "sets": list(rec.cfg.set_names),
+            "max_history": rec.max_history,
+            "max_k": rec.cfg.beam_size,
+            "sid_levels": rec.num_levels,
+            "codebook_size": rec.vocab,
+        }
+
+    @app.get("/metrics")
+    async def metrics() -> dict:
+        return stats.summary()
+
+    return app
+
+
+def load_recommender(layout, split, cfg: ServeConfig) -> Recommender:
+    """The retriever of `split` in a work directory, over its whole catalog (item time: the
+    item's first review, so `newer_than` selects items that appeared since)."""
+    from data.errors import ArtifactError
+    from experiments import config as config_lib
+    from experiments.pipeline import artifacts
+
+    layout.require(layout.config, f"genret prepare --workdir {layout.root}")
+    run_cfg = config_lib.load_json(layout.config)
+    ds = artifacts.load_dataset(layout)
+    sids = artifacts.load_sids(run_cfg, layout, ds)
+    model = artifacts.load_retriever(layout, split)
+    if sids.shape[1] != model.space.num_levels:
+        raise ArtifactError(
+            f"{layout.retriever(split)}: expects {model.space.num_levels} SID levels, the "
+            f"tokenizer has {sids.shape[1]}; retrain the retriever on these SIDs"
+        )
+    return Recommender(model, sids, ds.catalog.asins, ds.catalog.first_time, cfg)
