@@ -7,11 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
+# Enters every fingerprint. Raise it when a change of the code makes artifacts of an earlier
+# version wrong to reuse: every stage then retrains once (CHANGELOG.md says which versions).
+FINGERPRINT_VERSION = 2
+
 
 def fingerprint(*parts, arrays=(), length: int = 16) -> str:
     """sha256 of JSON-able parts (configs as dicts, upstream keys) and of numpy arrays' bytes,
     dtypes and shapes; the first `length` hex digits."""
-    h = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
+    versioned = [FINGERPRINT_VERSION, *parts]
+    h = hashlib.sha256(json.dumps(versioned, sort_keys=True, default=str).encode())
     for a in arrays:
         a = np.ascontiguousarray(a)
         h.update(f"{a.dtype.str}{a.shape}".encode())

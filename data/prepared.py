@@ -12,6 +12,7 @@ from tensorflow_datasets.core.utils import tqdm_utils
 
 from data import amazon, atomic, interactions, synthetic
 from data.config import DataConfig, amazon_category
+from data.fingerprint import FINGERPRINT_VERSION
 from data.types import Catalog, Histories, InteractionData
 
 # Bump when the record layout or the reader's semantics change: old prepared folders are rebuilt.
@@ -117,18 +118,10 @@ class GenretInteractions(tfds.core.GeneratorBasedBuilder):
                 )
 
 
-def _config_dict(cfg: DataConfig) -> dict:
-    """asdict(cfg) without an empty category: configs from before that field keep their key."""
-    fields = dataclasses.asdict(cfg)
-    if not fields["category"]:
-        del fields["category"]
-    return fields
-
-
 def content_key(cfg: DataConfig, files: list[Path]) -> str:
     """sha256 over the raw files' names and bytes and the config fields that shape the data."""
-    h = hashlib.sha256(f"genret-prepared-v{FORMAT_VERSION}\n".encode())
-    fields = {k: v for k, v in _config_dict(cfg).items() if k not in ("raw_dir", "seed")}
+    h = hashlib.sha256(f"genret-prepared-v{FORMAT_VERSION}-k{FINGERPRINT_VERSION}\n".encode())
+    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("raw_dir", "seed")}
     h.update(json.dumps(fields, sort_keys=True).encode())
     for path in sorted(files, key=lambda p: p.name):
         h.update(f"\n{path.name}\n".encode())
@@ -208,7 +201,7 @@ def _write(out_dir: Path, raw_dir: Path, files: list[Path], cfg: DataConfig, key
                 "key": key,
                 "name": ds.name,
                 "raw_files": [os.fspath(p) for p in files],
-                "config": _config_dict(cfg),
+                "config": dataclasses.asdict(cfg),
             },
         )
 

@@ -46,16 +46,6 @@ class RQVAEConfig:
             )
 
 
-# Fields added after tokenizers were trained, left out of keys while they keep their old
-# behaviour (so that those tokenizers stay current).
-_CF_FIELDS = ("cf_dim", "cf_weight", "cf_window")
-
-
 def identity_fields(cfg: RQVAEConfig) -> dict:
-    """`cfg` as a dict for keys and checkpoint checks, the co-occurrence fields left out when
-    cf_dim is 0."""
-    fields = dataclasses.asdict(cfg)
-    if not cfg.cf_dim:
-        for name in _CF_FIELDS:
-            del fields[name]
-    return fields
+    """`cfg` as a dict for keys and checkpoint checks (data.fingerprint versions them)."""
+    return dataclasses.asdict(cfg)

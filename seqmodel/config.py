@@ -213,25 +213,5 @@ class SeqModelConfig:
 
 
 def identity_fields(cfg: SeqModelConfig) -> dict:
-    """`cfg` as a dict for fingerprints: fields added since with their old behaviour left out, so
-    that retrievers trained before they existed keep their fingerprints."""
-    fields = dataclasses.asdict(cfg)
-    if cfg.arch == "token":
-        del fields["arch"]
-    if not cfg.item_embed_buckets:
-        del fields["item_embed_buckets"]
-    if not cfg.ema_decay:
-        del fields["ema_decay"]
-    if not cfg.shuffle_ties:
-        del fields["shuffle_ties"]
-    if not cfg.cooc_distill:
-        del fields["cooc_distill"], fields["cooc_neighbors"]
-    if not cfg.unlikelihood:
-        del fields["unlikelihood"]
-    if not cfg.node_head_dim:
-        del fields["node_head_dim"]
-    if not cfg.item_contrast:
-        del fields["item_contrast"]
-    if not cfg.item_contrast_logq:
-        del fields["item_contrast_logq"]
-    return fields
+    """`cfg` as a dict for fingerprints (data.fingerprint versions them)."""
+    return dataclasses.asdict(cfg)

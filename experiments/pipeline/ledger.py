@@ -25,10 +25,6 @@ class Stage:
     after: tuple[str, ...] | None = None
     # Raises when an output exists but no longer loads (a truncated file, a damaged checkpoint).
     check: Callable[[], None] | None = None
-    # The key parts an earlier release used in place of key_parts: a ledger entry under the key
-    # they give (with the upstream stages' earlier keys) still counts as up to date, and is
-    # written again under the current key. None: the same as key_parts.
-    legacy_key_parts: tuple | None = None
     # Runs with no other stage beside it, in this process, also when run_stages' jobs > 1: a
     # stage that times itself (latency per user: a stage beside it would take the cores it is
     # timed on), or one too small for a process of its own.
@@ -45,11 +41,9 @@ class Ledger:
         except json.JSONDecodeError:
             self.entries = {}  # a damaged ledger only costs a rerun of every stage
 
-    def up_to_date(
-        self, stage: Stage, key: str, log: Callable[[str], None], legacy: str | None = None
-    ) -> bool:
+    def up_to_date(self, stage: Stage, key: str, log: Callable[[str], None]) -> bool:
         entry = self.entries.get(stage.name)
-        if not entry or entry.get("key") not in (key, legacy):
+        if not entry or entry.get("key") != key:
             return False
         missing = [str(p) for p in stage.outputs if not p.exists()]
         if missing:
@@ -61,8 +55,6 @@ class Ledger:
             except Exception as e:  # whatever a damaged file raises: the stage reruns
                 log(f"[{stage.name}] an output no longer loads ({_one_line(e)}); rerunning")
                 return False
-        if entry["key"] != key:  # up to date under the earlier key: keep it under today's
-            self.record(stage, key, entry.get("seconds", 0.0))
         return True
 
     def record(self, stage: Stage, key: str, seconds: float) -> None:
@@ -91,17 +83,15 @@ class StageProcess(Protocol):
         """After a non-zero exit: why, on one line."""
 
 
-def _keys(stages: list[Stage]) -> tuple[dict, dict, dict]:
-    """Each stage's upstream stages, its key and its key under the earlier key parts; a key
-    includes the upstream keys, so an upstream change reruns everything below it."""
-    after, keys, legacy = {}, {}, {}
+def _keys(stages: list[Stage]) -> tuple[dict, dict]:
+    """Each stage's upstream stages and its key; a key includes the upstream keys, so an
+    upstream change reruns everything below it."""
+    after, keys = {}, {}
     for i, stage in enumerate(stages):
         up = stage.after if stage.after is not None else ((stages[i - 1].name,) if i else ())
-        old_parts = stage.key_parts if stage.legacy_key_parts is None else stage.legacy_key_parts
         after[stage.name] = up
         keys[stage.name] = fingerprint([keys[a] for a in up], stage.name, stage.key_parts)
-        legacy[stage.name] = fingerprint([legacy[a] for a in up], stage.name, old_parts)
-    return after, keys, legacy
+    return after, keys
 
 
 def _finished(stage: Stage, ledger: Ledger, key: str, seconds: float, on_done, log) -> None:
@@ -134,7 +124,7 @@ def run_stages(
     interrupted first. `on_done(stage)` runs after each stage that ran and finished.
     """
     ledger = Ledger(ledger_path)
-    after, keys, legacy = _keys(stages)
+    after, keys = _keys(stages)
     apart = launch is not None and jobs > 1
     timings: dict[str, float] = {}
     waiting = list(stages)
@@ -151,7 +141,7 @@ def run_stages(
                 stage = ready[0]
                 waiting.remove(stage)
                 key = keys[stage.name]
-                if ledger.up_to_date(stage, key, log, legacy=legacy[stage.name]):
+                if ledger.up_to_date(stage, key, log):
                     log(f"[{stage.name}] up to date, skipped")
                     timings[stage.name] = 0.0
                 elif stage.alone or not apart:

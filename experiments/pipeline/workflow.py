@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from data.fingerprint import file_digest
 from data.prepared import stored_key
 from experiments import config as config_lib
 from experiments.config import Config, warm_run_config
@@ -22,20 +21,8 @@ from experiments.pipeline.layout import RunLayout, Split
 from rqvae.config import identity_fields as rqvae_identity_fields
 from seqmodel.config import identity_fields
 
-# The leave-one-out evaluation does not read the cold-start scoring fields; leaving them out of
-# its key keeps a finished leave-one-out result up to date when only they change.
-_COLD_ONLY_EVAL_FIELDS = ("cold_prior_weight", "cold_level_weights")
-# The content prior (added later): in the cold-start key only while it is on, so results made
-# before it existed, or with it off, stay up to date; never in the leave-one-out key.
-_CONTENT_PRIOR_FIELDS = ("cold_content_weight", "cold_content_temperature")
-# Likewise the cold-start evaluations do not read the leave-one-out scoring fields; they enter the
-# leave-one-out key only when set, so results made before the fields existed stay up to date.
-_WARM_ONLY_EVAL_FIELDS = ("warm_prior_weight", "warm_prior_levels")
-# The co-occurrence prior (added later): in the leave-one-out key only while it is on.
-_COOC_PRIOR_FIELDS = ("warm_cooc_weight", "warm_cooc_smoothing")
-# Fields added later that enter a key only when set (the ensemble: only the leave-one-out key),
-# so a ledger written before they existed stays up to date; `cold` only chooses stages.
-_LATER_EVAL_FIELDS = ("warm_ensemble_seeds", "cold", "warm_preset", "warm_ensemble_rule")
+# Eval fields that choose which stages run, not what a stage computes: in no key.
+_STAGE_CHOICE_FIELDS = ("cold", "warm", "warm_preset", "sasrec")
 # The prefix of the leave-one-out part's stages when it runs as another preset (eval.warm_preset).
 WARM_RUN_PREFIX = "loo/"
 
@@ -43,8 +30,7 @@ WARM_RUN_PREFIX = "loo/"
 def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> list[ledger.Stage]:
     """Tokenizer, per-fraction retrievers and evaluations, leave-one-out, with their keys."""
     # The prepared data enter the keys by their content key: two writes of the same records
-    # differ in bytes. Until session 44 the keys held a digest of those bytes; a ledger written
-    # then stays up to date (legacy_key_parts) while its prepared files are the ones it read.
+    # differ in bytes.
     rq = rqvae_identity_fields(cfg.rqvae)
     out = [
         ledger.Stage(
@@ -53,33 +39,17 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
             (layout.sids,),
             lambda: stages.train_tokenizer(cfg, layout, progress=progress),
             check=lambda: stages.load_sids(cfg, layout, stages.load_dataset(layout)),
-            legacy_key_parts=(file_digest(layout.prepared), rq),
         )
     ]
     seq = identity_fields(cfg.seqmodel)
-    eval_fields = dataclasses.asdict(cfg.eval)
-    for name in _LATER_EVAL_FIELDS:
-        del eval_fields[name]
-    content_prior = {name: eval_fields.pop(name) for name in _CONTENT_PRIOR_FIELDS}
-    # Added later, read by the cold-start evaluations only: in their key only when not the default.
-    content_vectors = eval_fields.pop("cold_content_vectors")
-    cooc_prior = {name: eval_fields.pop(name) for name in _COOC_PRIOR_FIELDS}
-    cold_eval = {k: v for k, v in eval_fields.items() if k not in _WARM_ONLY_EVAL_FIELDS}
-    if cfg.eval.cold_content_weight:
-        cold_eval.update(content_prior)
-    if content_vectors != "embeddings":
-        cold_eval["cold_content_vectors"] = content_vectors
+    # Each evaluation's key holds the eval fields it reads: the cold-start ones never read
+    # warm_*, the leave-one-out one never reads cold_*.
+    eval_fields = {
+        k: v for k, v in dataclasses.asdict(cfg.eval).items() if k not in _STAGE_CHOICE_FIELDS
+    }
+    cold_eval = {k: v for k, v in eval_fields.items() if not k.startswith("warm_")}
+    warm_eval = {k: v for k, v in eval_fields.items() if not k.startswith("cold_")}
     ev = (cold_eval, dataclasses.asdict(cfg.decode))
-    warm_eval = {k: v for k, v in eval_fields.items() if k not in _COLD_ONLY_EVAL_FIELDS}
-    if not cfg.eval.warm_prior_weight:
-        for name in _WARM_ONLY_EVAL_FIELDS:
-            del warm_eval[name]
-    if cfg.eval.warm_ensemble_seeds:
-        warm_eval["warm_ensemble_seeds"] = cfg.eval.warm_ensemble_seeds
-    if cfg.eval.warm_ensemble_rule != "product":
-        warm_eval["warm_ensemble_rule"] = cfg.eval.warm_ensemble_rule
-    if cfg.eval.warm_cooc_weight:
-        warm_eval.update(cooc_prior)
 
     def retriever(split: Split, key_parts: tuple) -> ledger.Stage:
         return ledger.Stage(

@@ -1,7 +1,6 @@
 """Tests of data/prepared.py: TFDS array_record round trip, content-keyed reuse, atomic failure."""
 
 import dataclasses
-import hashlib
 import json
 
 import numpy as np
@@ -94,13 +93,13 @@ def test_real_dataset_needs_a_raw_dir(tmp_path):
         prepared.prepare(DataConfig(dataset="beauty"), None, tmp_path / "prepared")
 
 
-# Keys computed before DataConfig had a category field (commit 0b378ee) on the Tiny fixture:
-# the field at its default must not change them, or every prepared folder would be rebuilt.
-KEYS_BEFORE_CATEGORY = {
-    "beauty": "f0760660dc8cc562cead350ce2fc7170a685989d3e058cf3704a833b1b5a9204",
-    "toys_nofive_skip": "f136f5104db69f4b6d508005cd5350f602b7ea8a026c60d3e734f5a922ca3c6c",
-    "synthetic": "fde60acb70e47c6a321113d92249de9baa5ee930960c05ad6826d223cbfd06c3",
-    "sports_small": "806805c58cfad05c02cf27fbd6197ca857c01fcc1245b74763618f287015e237",
+# Content keys of the Tiny fixture at FINGERPRINT_VERSION 2: a change of these means every
+# prepared folder is rebuilt, which needs a new fingerprint version (CHANGELOG.md).
+KEYS = {
+    "beauty": "66ae62f6a9d6cd76de8356c736e983f529b12530ca8dc26e077e8dc9c42be58d",
+    "sports_small": "5dcb3c5acb539d2252f1bbee0d5ae03a272f0a9d28db4f5e40933f0d5cb86f73",
+    "synthetic": "a8cfee667974587a902c4f9ae02c9690b3c4ef84df90293179d3ac943e59508b",
+    "toys_nofive_skip": "db6b4e6f286e7478cfb37179c38fa5881403b387da5f9ddd37948a50a414dc58",
 }
 CONFIGS = {
     "beauty": DataConfig(dataset="beauty"),
@@ -112,29 +111,18 @@ CONFIGS = {
 }
 
 
-def _key_without_category(cfg: DataConfig, files) -> str:
-    """content_key as written before the category field: the same hash over the older fields."""
-    h = hashlib.sha256(f"genret-prepared-v{prepared.FORMAT_VERSION}\n".encode())
-    old = {
-        k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("category", "raw_dir", "seed")
-    }
-    h.update(json.dumps(old, sort_keys=True).encode())
-    for path in sorted(files, key=lambda p: p.name):
-        h.update(f"\n{path.name}\n".encode() + path.read_bytes())
-    return h.hexdigest()
-
-
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_content_key_unchanged_by_the_category_field(tiny_raw, name):
+def test_content_keys_are_stable(tiny_raw, name):
     files = list(amazon.find_raw_files(tiny_raw))
     key = prepared.content_key(CONFIGS[name], files)
-    assert key == KEYS_BEFORE_CATEGORY[name], "an empty category must stay out of the key"
-    assert key == _key_without_category(CONFIGS[name], files)
+    assert key == KEYS[name], "the prepared data's key changed: raise FINGERPRINT_VERSION"
+    unseeded = dataclasses.replace(CONFIGS[name], seed=CONFIGS[name].seed + 1, raw_dir="elsewhere")
+    assert prepared.content_key(unseeded, files) == key, "seed and raw_dir shape no data"
 
 
-def test_category_enters_key_and_record_only_when_set(tiny_raw, tmp_path):
+def test_category_enters_key_and_record(tiny_raw, tmp_path):
     prepared.prepare(CFG, tiny_raw, tmp_path / "a")
-    assert "category" not in json.loads((tmp_path / "a" / "prepared.json").read_text())["config"]
+    assert json.loads((tmp_path / "a" / "prepared.json").read_text())["config"]["category"] == ""
     named = dataclasses.replace(CFG, category="Tiny")
     prepared.prepare(named, tiny_raw, tmp_path / "b")
     record = json.loads((tmp_path / "b" / "prepared.json").read_text())
@@ -145,14 +133,14 @@ def test_category_enters_key_and_record_only_when_set(tiny_raw, tmp_path):
 @pytest.mark.real_data
 def test_real_content_keys_unchanged(amazon_root):
     want = {
-        "beauty": ("Beauty", "57f97484dfe720f3cfb95d3c05fc30deb8b80029097f0367bf6b3d16fc471fd0"),
+        "beauty": ("Beauty", "505374f38f76f6cadf0699bde9d7bd5ca00f359fb4119166e53afa381407742c"),
         "sports": (
             "Sports_and_Outdoors",
-            "f83c99d3d4663b9a6af341660b3736bcbebd2ff55d2bd11d25ef941d8d3fe5a3",
+            "8905ae93f3dc4dc20f62213d1f3c37e6a6c3504cf3ec8b2a83b8c04828cc87f9",
         ),
         "toys": (
             "Toys_and_Games",
-            "5a685a8c19c54645ba37262a566da5a493ed9be0b1483bd43b726fb783bafb60",
+            "4cee0b668ab0f5ac139748d577ec1a4f111ac9245db66891a7917fedc0939cf9",
         ),
     }
     for dataset, (folder, key) in want.items():

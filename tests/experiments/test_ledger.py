@@ -134,37 +134,6 @@ def test_stage_failure_names_the_stage(tmp_path):
     assert not (tmp_path / "stages.json").exists()
 
 
-def test_a_ledger_under_the_legacy_key_stays_up_to_date_and_is_rewritten(tmp_path):
-    """An entry written under the earlier key parts is up to date (downstream too, through the
-    earlier upstream keys), then stands under today's key; a legacy key that does not match
-    the entry still reruns."""
-    calls = []
-    ledger_path = tmp_path / "stages.json"
-
-    def make(parts, legacy=None):
-        return [
-            stages.Stage(
-                "a",
-                parts,
-                (tmp_path / "a",),
-                _writer(tmp_path, calls, "a"),
-                legacy_key_parts=legacy,
-            ),
-            stages.Stage("b", (), (tmp_path / "b",), _writer(tmp_path, calls, "b")),
-        ]
-
-    stages.run_stages(make(("bytes-1",)), ledger_path, log=lambda s: None)
-    before = stages.Ledger(ledger_path).entries
-    stages.run_stages(make(("content",), legacy=("bytes-1",)), ledger_path, log=lambda s: None)
-    assert calls == ["a", "b"]
-    after = stages.Ledger(ledger_path).entries
-    assert after["a"]["key"] != before["a"]["key"] and after["b"]["key"] != before["b"]["key"]
-    stages.run_stages(make(("content",)), ledger_path, log=lambda s: None)  # no legacy needed
-    assert calls == ["a", "b"]
-    stages.run_stages(make(("content-2",), legacy=("bytes-1",)), ledger_path, log=lambda s: None)
-    assert calls == ["a", "b", "a", "b"]
-
-
 class _Script:
     """A stage's process for `run_stages(launch=)`: `python -c SCRIPT` in tmp_path."""
 

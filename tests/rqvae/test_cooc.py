@@ -109,7 +109,7 @@ def test_with_cooccurrence_splits_the_norm():
 
 
 def test_config_checks_and_identity():
-    assert "cf_dim" not in identity_fields(RQVAEConfig())  # old tokenizers keep their keys
+    assert identity_fields(RQVAEConfig())["cf_dim"] == 0
     assert identity_fields(RQVAEConfig(cf_dim=8))["cf_dim"] == 8
     for bad in ({"cf_dim": -1}, {"cf_weight": 1.0}, {"cf_window": 0}):
         with pytest.raises(ValueError, match="cf_"):

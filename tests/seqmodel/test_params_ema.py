@@ -44,12 +44,12 @@ def test_eval_params_reads_the_average_only_where_one_is_kept():
     assert eval_params(kept) is ema.ema
 
 
-def test_decay_is_validated_and_off_leaves_the_fingerprint_unchanged():
+def test_decay_is_validated_and_in_the_fingerprint():
     with pytest.raises(ValueError, match="seqmodel.ema_decay"):
         SeqModelConfig(ema_decay=1.0)
     with pytest.raises(ValueError, match="seqmodel.ema_decay"):
         SeqModelConfig(ema_decay=-0.1)
-    assert "ema_decay" not in identity_fields(CFG)
+    assert identity_fields(CFG)["ema_decay"] == CFG.ema_decay != 0.9
     assert identity_fields(EMA_CFG)["ema_decay"] == 0.9
 
 

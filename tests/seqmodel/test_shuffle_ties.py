@@ -84,9 +84,9 @@ def test_bucketed_batches_shuffle_ties_per_epoch_and_repeat_exactly():
     assert len({tuple(x) for x in one}) > 1
 
 
-def test_off_by_default_and_out_of_the_fingerprint_until_on():
+def test_off_by_default_and_in_the_fingerprint():
     assert SeqModelConfig().shuffle_ties is False
-    assert "shuffle_ties" not in identity_fields(CFG)
+    assert identity_fields(CFG)["shuffle_ties"] is False
     assert identity_fields(dataclasses.replace(CFG, shuffle_ties=True))["shuffle_ties"] is True
     with pytest.raises(ValueError, match="not layout=packed"):
         dataclasses.replace(CFG, layout="packed", shuffle_ties=True)
