@@ -1,6 +1,11 @@
-"""The embedded default: the synthetic catalog, small enough for CPU.
+"""The embedded default: the synthetic catalog, small enough for a 2-core CPU.
 
-Command: `genret pipeline --dataset synthetic --workdir runs/synthetic`
+`genret`'s default config: the default tokenizer with 2,000 steps, a 2 x D64 retriever on
+bucketed rows for 4 epochs, 3,000 sampled leave-one-out test users, two stages at a time.
+Command: `genret pipeline --dataset synthetic --workdir runs/synthetic`.
+Test STATIC Recall@1 14.24 / 8.63 at 2% / 5% cold items, leave-one-out Recall@10 8.33 (constrained
+to the catalog), seed 0, AMD EPYC with AVX-512, about 3.5 minutes on 2 cores; other processors
+give other floats (without AVX-512: 21.28 / 9.96 and 7.80).
 """
 
 import dataclasses
@@ -12,10 +17,9 @@ def get_config() -> Config:
     cfg = Config(name="synthetic")
     # 2,000 tokenizer steps instead of 3,000: no SID collision either way on this catalog.
     rqvae = dataclasses.replace(cfg.rqvae, num_steps=2000)
-    # The bucketed layout (rows cut to their bucket's history length; 2.7x fewer milliseconds per
-    # step than the causal layout in `genret bench-train` on this catalog) and 4 epochs instead of
-    # 5: since session 48 the pipeline does 45% less CPU work than with causal rows and 5 epochs,
-    # for the 10-minute bound on a slow day of the 2-core CPU (docs/BENCHMARKS.md, "End to end").
+    # Bucketed rows (2.7x fewer milliseconds per step than causal ones on this catalog) and 4
+    # epochs, not 5: 45% less CPU work, so that the pipeline stays within 10 minutes on a slow
+    # day of a 2-core CPU (docs/BENCHMARKS.md, "End to end").
     seqmodel = dataclasses.replace(
         cfg.seqmodel,
         num_layers=2,
