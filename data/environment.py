@@ -58,9 +58,8 @@ def _cpu_vector_extensions() -> str | None:
     AVX2, AVX-512's parts, AMX, FMA, F16C), space-separated; None where unknown.
 
     XLA compiles for the processor it runs on, so these decide the floats as much as the
-    versions do: the same code, seed and data trained Sports' retriever to other numbers on two
-    machines that both report "AMD EPYC", the earlier one noted to have AVX-512, the later one
-    without it (docs/RESULTS.md, session 53)."""
+    versions do: the same code, seed and data train Sports' retriever to other numbers on two
+    machines that both report "AMD EPYC", one with AVX-512 and one without."""
     flags = _cpuinfo("flags")
     if flags is None:
         return None

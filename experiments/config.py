@@ -71,15 +71,11 @@ class EvalConfig:
 
 
 # SASRec as its paper trains Beauty: 2 blocks, dropout 0.5 (0.2 is its MovieLens value), a 50-item
-# window, Adam 1e-3, trained long (up to 100 epochs) and early-stopped on validation Recall@10
-# (validated about once per Beauty epoch). Chosen on Beauty's full validation split
-# (docs/RESULTS.md, "SASRec with its paper's Beauty settings"): Recall@10 / NDCG@10 8.98 / 4.70
-# against 7.32 / 4.06 for window 20, dropout 0.2, 20 epochs and patience 3; then (session 24,
-# "A longer patience for SASRec") patience 20 validations instead of 10: 9.51 / 5.05; then
-# (session 36, "SASRec's checkpoint chosen on 10,000 validation users") the early stop's sample of
-# 10,000 users instead of 1,000: on the validation users outside both samples 10.06 / 5.43
-# against 9.57 / 5.07; each validation ranks ten times the users (about 30 s on the shared
-# 2-core CPU).
+# window, Adam 1e-3, up to 100 epochs, early-stopped on validation Recall@10 about once per Beauty
+# epoch. On Beauty's full validation split, Recall@10 / NDCG@10: 8.98 / 4.70 against 7.32 / 4.06
+# for window 20, dropout 0.2, 20 epochs and patience 3; patience 20 instead of 10, 9.51 / 5.05; an
+# early-stopping holdout of 10,000 users instead of 1,000 (a validation then takes about 30 s on 2
+# cores), 10.06 / 5.43 against 9.57 / 5.07 on the validation users outside both holdouts.
 SASREC = SeqModelConfig(
     num_layers=2,
     d_model=64,

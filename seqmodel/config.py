@@ -104,17 +104,17 @@ class SeqModelConfig:
     # True: each training history's items that share a timestamp are put in a fresh random order
     # every epoch (data.pipeline.shuffle_ties), for data whose order within a tie means nothing.
     # Not with layout packed. Amazon's ties (44-48% of consecutive pairs share a day) are in ASIN
-    # order, held-out items included, and on Beauty the shuffle lowered validation Recall@10 by a
-    # sixth (docs/RESULTS.md, session 16): the presets leave it off.
+    # order, held-out items included, and on Beauty the shuffle lowers validation Recall@10 by a
+    # sixth: the presets leave it off.
     shuffle_ties: bool = False
     # > 0: at every target the loss mixes in, with this weight, a cross-entropy against the
     # co-occurrence teacher (seqmodel.cooc_teacher): the codes of the previous item's
     # `cooc_neighbors` most frequent neighbours in the training histories that share the
     # target's prefix, weighted by their pair counts. 0: the plain log-likelihood.
     cooc_distill: float = 0.0
-    # 128 instead of 32 (the teacher then sees 98% of the training transitions, not 80%) gave one
-    # retriever Beauty validation Recall@10 / NDCG@10 9.51 / 5.30 against 9.53 / 5.32, its loop
-    # 738 s against 663 s (docs/RESULTS.md, session 57): the presets keep 32.
+    # The teacher's neighbours per item: 32 cover 80% of the training transitions; 128 (98%) gave
+    # one retriever no better Beauty validation Recall@10 / NDCG@10 (9.51 / 5.30 against 9.53 /
+    # 5.32) for a loop of 738 s against 663 s.
     cooc_neighbors: int = 32
     # arch=item only: > 0 adds, with this weight, -log(1 - p(the item just read)) at every target
     # (unlikelihood on repeats: seqmodel.item_model.target_and_repeat_logits), for data that never
@@ -127,15 +127,15 @@ class SeqModelConfig:
     # Decoding is unchanged. 0: off. With item_contrast_logq each score first loses the log of
     # its item's share of the training targets (the in-batch sampling correction, so that the
     # softmax estimates the full one instead of favouring rare items). At 0.25 and 1, with and
-    # without the correction, one retriever's Beauty validation Recall@10 fell from 9.53 to
-    # 8.61-8.94 (docs/RESULTS.md, session 35): the presets leave it off.
+    # without the correction, it lowers one retriever's Beauty validation Recall@10 from 9.53 to
+    # 8.61-8.94: the presets leave it off.
     item_contrast: float = 0.0
     item_contrast_logq: bool = False
     # arch=item only: > 0 gives level 1's output one learned vector of this width per trie node
     # (code 0, code 1), added to the shared code vectors through a projection of the head's
     # state (seqmodel.item_model); on 256-code SIDs nearly one vector per item. 0: off. At 32
-    # it lowered one retriever's Beauty validation Recall@10 from 9.53 to 9.21 (docs/RESULTS.md,
-    # session 29): the presets leave it off.
+    # it lowers one retriever's Beauty validation Recall@10 from 9.53 to 9.21: the presets leave
+    # it off.
     node_head_dim: int = 0
     seed: int = 0
     # none: a plain retriever; joint: it also trains the draft head `draft` (its loss added).

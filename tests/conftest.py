@@ -28,7 +28,7 @@ if "GENRET_TEST_XLA_CACHE" not in os.environ:
 os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)  # never the user's own cache
 os.environ[xla_cache.ENV] = os.environ["GENRET_TEST_XLA_CACHE"]  # "off": no cache
 # Every program is kept (tests' programs compile in milliseconds); the bound only makes JAX lock
-# its reads and writes: the whole suite's cache peaked at 56 MB (session 50), never trimmed.
+# its reads and writes: the whole suite's cache peaks at about 56 MB, never trimmed.
 xla_cache.enable(max_bytes=4 << 30, min_compile_seconds=0)
 # The workers and `genret` processes get huge pages for their heaps, as `genret` does
 # (experiments/runtime/hugepages.py); GENRET_HUGEPAGES=off runs the suite without.

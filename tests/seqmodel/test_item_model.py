@@ -91,7 +91,7 @@ def test_repeat_log_probs_are_the_decoding_log_probs_of_the_item_just_read(item_
     logits, repeat = both(state, jnp.asarray(ex["inputs"][None]))
     plain = item_model.target_logits(jnp.asarray(ex["inputs"][None]))
     # Jitted against eager float32: XLA's CPU code differs in the last bits between processors
-    # (2.1e-6 at a logit of 1.39 on session 39's Intel Xeon; earlier records name an AMD EPYC).
+    # (2.1e-6 at a logit of 1.39 on an Intel Xeon).
     np.testing.assert_allclose(logits, plain, rtol=1e-5, atol=1e-5)
     for g in range(1, len(items)):  # group g has read items[:g]; its last is items[g - 1]
         history = encode_history(tok, items[:g], tiny_cfg.max_history - 1)[None]
