@@ -13,10 +13,10 @@ def test_every_preset_loads():
 
 @pytest.mark.parametrize("dataset", ["beauty", "toys", "sports"])
 def test_leave_one_out_presets_are_what_was_measured_by_hand(dataset):
-    """`D_item_cf` is `D_item` with the runs' `--set` flags (collaborative SIDs, dropout 0.3, the
-    co-occurrence teacher, four seeds: session 26; the 10,000-user holdout: session 42; batch 64:
-    session 60), and `D_item_cf_long` the same with six. Sports fits two retrievers in the budget
-    and runs four as its `-long`."""
+    """`D_item_cf` is `D_item` with the `--set` flags its runs were measured with (collaborative
+    SIDs, dropout 0.3, the co-occurrence teacher, four seeds, the 10,000-user holdout, batch 64),
+    and `D_item_cf_long` the same with six. Sports fits two retrievers in the budget and runs four
+    as its `-long`."""
     ensemble, long_ensemble = ("1", "1,2,3") if dataset == "sports" else ("1,2,3", "1,2,3,4,5")
     by_hand = config_lib.apply_overrides(
         config_lib.load_preset(f"{dataset}_item"),
