@@ -21,7 +21,7 @@ from decoding import (
     hash_contains,
     sorted_contains,
 )
-from experiments.bench.harness import random_sids
+from experiments.bench.constraints import random_sids
 from experiments.config import Config
 from experiments.evaluation import decode as evaluate
 from experiments.evaluation import draft as draft_eval

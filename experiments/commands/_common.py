@@ -8,6 +8,10 @@ from pathlib import Path
 from data.config import AMAZON_SHORTCUTS, DATASETS
 from data.errors import ArgumentError
 from experiments import config as config_lib
+from experiments.bench.constraints import (
+    METHODS,
+    BenchConfig,
+)
 from experiments.pipeline.layout import RunLayout
 
 
@@ -138,3 +142,47 @@ def resolve_config(
     cfg = dataclasses.replace(cfg, data=data)
     cfg = config_lib.apply_overrides(cfg, getattr(args, "overrides", []) or [])
     return config_lib.validate(cfg)
+
+
+def add_bench_args(parser: argparse.ArgumentParser) -> None:
+    """Flags shared with bench-sweep."""
+    d = BenchConfig()
+    parser.add_argument("--levels", type=int, default=d.levels, help="L, codes per SID")
+    parser.add_argument("--batch", type=int, default=d.batch, help="users per call")
+    parser.add_argument("--beam", type=int, default=d.beam, help="K, beam width")
+    parser.add_argument("--methods", default=",".join(d.methods), help=f"subset of {METHODS}")
+    parser.add_argument("--reps", type=int, default=d.reps, help="timed calls per measurement")
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--dense-levels", type=int, default=d.dense_levels)
+    parser.add_argument("--loop", choices=("unroll", "scan"), default="unroll")
+    parser.add_argument("--ppv-top-k", type=int, default=d.ppv_top_k, help="PPV approximate k")
+    parser.add_argument(
+        "--hash-bits",
+        type=int,
+        default=d.hash_bits_per_prefix,
+        help="hash bitmap bits per stored prefix",
+    )
+
+
+def bench_config(args: argparse.Namespace, **overrides) -> BenchConfig:
+    for name in ("levels", "batch", "beam", "reps"):
+        if getattr(args, name) < 1:
+            raise ArgumentError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.dense_levels < 0 or args.dense_levels > args.levels:
+        raise ArgumentError(f"--dense-levels must be in [0, --levels], got {args.dense_levels}")
+    unknown = [m for m in args.methods.split(",") if m and m not in METHODS]
+    if unknown or not args.methods.strip(","):
+        raise ArgumentError(f"--methods: unknown {unknown or 'empty'}; choose from {METHODS}")
+    kw = dict(
+        levels=args.levels,
+        batch=args.batch,
+        beam=args.beam,
+        reps=args.reps,
+        seed=args.seed,
+        dense_levels=args.dense_levels,
+        unroll=args.loop == "unroll",
+        methods=tuple(m for m in args.methods.split(",") if m),
+        ppv_top_k=args.ppv_top_k,
+        hash_bits_per_prefix=args.hash_bits,
+    )
+    return BenchConfig(**{**kw, **overrides})

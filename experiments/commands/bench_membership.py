@@ -12,7 +12,7 @@ from pathlib import Path
 from data import atomic
 from data.errors import ArgumentError
 from experiments.bench import decode as draft_bench
-from experiments.commands.bench_constraints import check_fits
+from experiments.bench.constraints import check_fits
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,23 +5,19 @@ plots and a markdown table replace the generated block of --markdown (docs/BENCH
 """
 
 import argparse
-import dataclasses
-import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from data import atomic
-from experiments.bench.harness import (
-    BenchConfig,
+from experiments.bench.constraints import (
+    check_fits,
     markdown_table,
-    point_name,
     replace_block,
-    run_bench,
     series,
     sweep_points,
 )
-from experiments.commands.bench_constraints import add_bench_args, bench_config, check_fits
+from experiments.bench.sweep import run_sweep
+from experiments.commands._common import add_bench_args, bench_config
 from experiments.evaluation import plots
 
 MARKERS = ("<!-- bench-sweep:begin -->", "<!-- bench-sweep:end -->")
@@ -33,30 +29,6 @@ def _ints(text: str) -> tuple[int, ...]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive numbers, e.g. 1e5,1e6; got {text!r}")
     return values
-
-
-def run_sweep(
-    points: list[tuple[str, BenchConfig]],
-    out_dir: Path,
-    *,
-    skip_above: dict[str, int],
-    progress: Callable[[str], None] | None = None,
-) -> list[dict]:
-    """Runs each point once; a point whose JSON (same config) exists in out_dir is reused, so a
-    killed sweep resumes at the point it was in."""
-    results = []
-    for axis, cfg in points:
-        keep = tuple(m for m in cfg.methods if cfg.num_items <= skip_above.get(m, cfg.num_items))
-        cfg = dataclasses.replace(cfg, methods=keep)
-        path = Path(out_dir) / f"{point_name(cfg)}.json"
-        saved = json.loads(path.read_text()) if path.exists() else None
-        if saved is None or saved["config"] != json.loads(json.dumps(dataclasses.asdict(cfg))):
-            if progress:
-                progress(f"== {axis}: {point_name(cfg)}")
-            saved = run_bench(cfg, progress=progress)
-            atomic.write_json(path, saved)
-        results.append({"axis": axis, **saved})
-    return results
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

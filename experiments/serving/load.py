@@ -13,10 +13,16 @@ responses whose warm-up top-k held a certainly-disabled item.
 import asyncio
 import collections
 import dataclasses
+import socket
+import subprocess
+import sys
+import tempfile
 import time
 
 import httpx
 import numpy as np
+
+from data.errors import StageError
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -190,3 +196,41 @@ def markdown(result: dict) -> str:
         for x in result["levels"]
     ]
     return head + "\n".join(rows) + "\n"
+
+
+def _histories(layout, users: int, seed: int) -> list[list[str]]:
+    """A seeded sample of users' histories (cut to the model's limit by the load test)."""
+    from experiments.pipeline.artifacts import load_dataset
+
+    ds = load_dataset(layout)
+    h, asins = ds.histories, ds.catalog.asins
+    pick = np.random.default_rng(seed).choice(len(h), min(users, len(h)), replace=False)
+    return [[str(asins[i]) for i in h.items[h.offsets[u] : h.offsets[u + 1]][-200:]] for u in pick]
+
+
+def _start_server(args) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "experiments.cli", "serve", "--workdir", str(args.workdir)]
+    cmd += ["--port", str(port), "--batch-size", str(args.batch_size)]
+    cmd += ["--max-wait-ms", str(args.max_wait_ms)]
+    # stderr to a file: a pipe nobody reads would block the server once full.
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    url = f"http://127.0.0.1:{port}"
+    import httpx
+
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            tail = " ".join(log.read().split())[-500:]
+            raise StageError(f"genret serve exited with {proc.returncode}: {tail}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    proc.terminate()
+    raise StageError("genret serve did not answer /health within 300 s")

@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import os
 import resource
 import time
 from collections.abc import Callable
@@ -10,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from data.errors import ArgumentError
 from decoding.baselines import CpuTrie, HashBitmap, PPVApprox, PPVExact, index_nbytes
 from decoding.beam_search import beam_search, first_level, next_level
 from decoding.constraints import Constraint, StaticConstraint, Unconstrained, contains
@@ -297,3 +299,29 @@ def series(results: list[dict], axis: str) -> dict[str, tuple[list[int], list[fl
             xs.append(x)
             ys.append(stats["median_ms"])
     return out
+
+
+def _available_bytes() -> int:
+    """Memory this process may still use (MemAvailable; physical memory where unknown)."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits(num_items: int, levels: int, arg: str = "--num-items") -> None:
+    """Refuses sizes whose SIDs and indexes cannot fit in memory, before allocating anything.
+
+    The estimate is generous: random SIDs, their sorted copy, the index and the baselines' tables
+    hold about 16 int32 words per (item, level); a Python dict trie far more per node.
+    """
+    need = 16 * 4 * num_items * levels
+    have = _available_bytes()
+    if need > have:
+        raise ArgumentError(
+            f"{arg} {num_items:,} x --levels {levels}: needs about {need / 2**30:.1f} GiB, more "
+            f"than the {have / 2**30:.1f} GiB available"
+        )
