@@ -1,4 +1,4 @@
-# Sourced by the device scripts (gpu_run.sh, gpu_sweep.sh, gpu_sasrec_sweep.sh, gpu_presets.sh): logs
+# Sourced by the device scripts (gpu_presets.sh, gpu_sweep.sh): logs
 # to $OUT/log.txt, names the GPU, installs the carried wheels (.whl/) that the device image lacks
 # and puts them and this checkout on PYTHONPATH (DRY_RUN=1 skips the install: a rehearsal on a
 # machine where the project is installed).

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Here, before the device calls of docs/scripts/gpu_presets.sh (and gpu_run.sh, gpu_sweep.sh,
-# gpu_sasrec_sweep.sh): what they carry.
+# Here, before the device calls of docs/scripts/gpu_presets.sh and gpu_sweep.sh: what they carry.
 #   gpu/D/{prepared,tokenizer}  `genret prepare` and `genret train-tokenizer --config D_item_cf`
 #                               (seed 0; D_item_cf_long shares the tokenizer), made in
 #                               runs/gpu_prep/D; the tokenizer without its checkpoints

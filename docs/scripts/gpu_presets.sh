@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Leave-one-out presets' whole ensembles trained on one GPU, every retriever of every preset at once
-# (issue 17, deliverable 2; sessions 27-34 one preset per call, session 54 several): each seed of a
+# (docs/guide/gpu.md): each seed of a
 # preset (seqmodel.seed and eval.warm_ensemble_seeds) trains in its own fresh copy of gpu/DATASET
 # (prepared data and tokenizer, docs/scripts/gpu_prepare.sh) as its own process; then each preset's
 # retrievers are put in one work directory under the names the pipeline gives them (retriever_loo,
@@ -51,9 +51,7 @@ for pair in "${pairs[@]}"; do
 done
 
 # (not named `sets`: all_at_once's local of that name would hide it from member, as bash shows a
-# function's locals to the functions it calls; gpu_preset.sh lost its KEY=VALUEs to that from
-# bdc836f, after session 34's call, to session 54: a rehearsal's seqmodel.max_steps=20 never
-# reached the trainings)
+# function's locals to the functions it calls, and the KEY=VALUEs would never reach the trainings)
 member() {  # member DATASET/PRESET/SEED: one retriever in /tmp/preset_DATASET_SEED
   local d p s
   IFS=/ read -r d p s <<< "$1"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A sweep of leave-one-out retrievers on one GPU, all at once (session 25): each variant trains one
-# retriever from a fresh copy of gpu/DATASET (prepared data and tokenizer, docs/scripts/gpu_prepare.sh)
-# and is then scored on the full validation split (`genret eval-warm --validation`).
+# A sweep of leave-one-out retrievers on one GPU, all at once (docs/guide/gpu.md): each variant
+# trains one retriever from a fresh copy of gpu/DATASET (prepared data and tokenizer,
+# docs/scripts/gpu_prepare.sh) and is then scored on the full validation split
+# (`genret eval-warm --validation`).
 #
 #   bash docs/scripts/gpu_sweep.sh DATASET PRESET LIMIT_S SPEC [SPEC ...]
 #   SPEC: NAME or NAME:KEY=VALUE[,KEY=VALUE...]   (each KEY=VALUE becomes a --set)

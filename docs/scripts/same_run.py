@@ -11,8 +11,8 @@ not by its first differing step.
 
 Usage: python docs/scripts/same_run.py RECORD RUN
        python docs/scripts/same_run.py WORKDIR --write FILE
-(the acceptance of issue 17: a preset from an empty work directory reproduces its record's
-numbers to the digit on the record's machine; docs/RESULTS.md)
+(a preset run from an empty work directory gives its record's numbers to the digit on the record's
+kind of processor: docs/guide/reproducibility.md, docs/records/README.md)
 """
 
 import argparse
