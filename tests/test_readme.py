@@ -75,8 +75,8 @@ def test_no_document_labels_work_by_its_development_period(doc):
     if not doc.exists():
         pytest.skip(f"{doc.name} is absent")
     text = doc.read_text()
-    hits = [
-        f"{doc.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group()}"
-        for m in re.finditer(r"(?i)sessions? [0-9]+", text)
-    ]
-    assert not hits, "say what a result is (command, machine, commit), not when:\n" + "\n".join(hits)
+    hits = []
+    for m in re.finditer(r"(?i)sessions? [0-9]+", text):
+        line = text.count("\n", 0, m.start()) + 1
+        hits.append(f"{doc.relative_to(ROOT)}:{line}: {m.group()}")
+    assert not hits, "name a result by command, machine and commit, not when:\n" + "\n".join(hits)
