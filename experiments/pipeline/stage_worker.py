@@ -1,6 +1,7 @@
-"""One stage of `genret pipeline` in a process of its own: how the pipeline runs stages side by
-side (config `jobs` > 1). Started by experiments.pipeline.workflow, not by users: the resolved
-config arrives as JSON on stdin, and a failure's reason, one line, goes to --error-file.
+"""One stage of `genret pipeline` in a process of its own, and the pipeline's handle on it
+(StageProcess): how the pipeline runs stages side by side (config `jobs` > 1). Started by
+experiments.pipeline.workflow, not by users: the resolved config arrives as JSON on stdin, and a
+failure's reason, one line, goes to --error-file.
 
 Usage: python -m experiments.pipeline.stage_worker WORKDIR STAGE --error-file FILE < config.json
 Exit codes: 0 done, 1 failed (the reason in FILE), 130 interrupted (Ctrl-C, SIGINT or
@@ -12,7 +13,9 @@ import ctypes
 import json
 import os
 import signal
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from experiments.runtime import xla_cache
@@ -58,6 +61,67 @@ def interrupt_handlers(ignored: bool, parent: int):
             raise KeyboardInterrupt
 
     return when_orphaned, on_request
+
+
+class StageProcess:
+    """The pipeline's side of a worker: the stage run by `python -m
+    experiments.pipeline.stage_worker` (workflow.StageProcess)."""
+
+    def __init__(self, cfg, layout, stage):
+        from experiments import config as config_lib  # the worker imports it after xla_cache
+
+        fd, name = tempfile.mkstemp(prefix="genret-stage-", suffix=".txt")
+        os.close(fd)
+        self._error = Path(name)
+        command = [
+            sys.executable,
+            "-m",
+            "experiments.pipeline.stage_worker",
+            str(layout.root),
+            stage.name,
+        ]
+        self._process = subprocess.Popen(
+            [*command, "--error-file", str(self._error)], stdin=subprocess.PIPE, text=True
+        )
+        try:
+            self._process.stdin.write(json.dumps(config_lib.to_dict(cfg)))
+            self._process.stdin.close()
+        except BrokenPipeError:  # it ended before reading: its exit code says why
+            pass
+
+    def poll(self) -> int | None:
+        return self._process.poll()
+
+    def interrupt(self, grace: float = 2.0) -> None:
+        # A Ctrl-C at the terminal reaches it too (the same process group): `grace` seconds to
+        # stop by that one; then SIGTERM, which the worker honours as a Ctrl-C even where it
+        # ignores SIGINT (a background job), and which a checkpoint save in flight holds as it
+        # holds the first Ctrl-C, never taking it for a second.
+        try:
+            self._process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self._process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float = 300.0) -> int:
+        try:
+            return self._process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            return self._process.wait()
+
+    def error(self) -> str:
+        code = self._process.poll()
+        text = self._error.read_text().strip() if self._error.exists() else ""
+        self._error.unlink(missing_ok=True)
+        if text:
+            return text
+        if code is not None and code < 0:
+            hint = " (killed: out of memory?)" if -code == signal.SIGKILL else ""
+            return f"its process ended by signal {-code}{hint}"
+        return f"its process ended with exit code {code}"
+
+    def __del__(self):
+        self._error.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:

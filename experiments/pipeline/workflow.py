@@ -1,23 +1,20 @@
-"""The `genret pipeline` workflow: the same stage functions the commands call, in one process,
-each skipped while its key matches and its outputs still load (the ledger)."""
+"""The `genret pipeline` workflow: which stages run and with which keys, and running them (one at
+a time here, or side by side in worker processes), each skipped while its key matches and its
+outputs still load (the ledger)."""
 
 import dataclasses
-import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
+from data.errors import GenretError, StageError
 from data.prepared import stored_key
-from experiments import config as config_lib
 from experiments.config import Config, warm_run_config
-from experiments.pipeline import ledger, stages
+from experiments.pipeline import ledger, stage_worker, stages
 from experiments.pipeline.artifacts import load_json_result, load_retriever
 from experiments.pipeline.layout import RunLayout, Split
+from experiments.pipeline.ledger import Ledger, Stage, one_line, stage_keys
 from rqvae.config import identity_fields as rqvae_identity_fields
 from seqmodel.config import identity_fields
 
@@ -134,62 +131,116 @@ def _warm_run_stages(cfg: Config, layout: RunLayout, *, progress: bool) -> list[
     return [*nested, copy]
 
 
-class _StageProcess:
-    """A stage run by `python -m experiments.pipeline.stage_worker` (ledger.StageProcess)."""
-
-    def __init__(self, cfg: Config, layout: RunLayout, stage: ledger.Stage):
-        fd, name = tempfile.mkstemp(prefix="genret-stage-", suffix=".txt")
-        os.close(fd)
-        self._error = Path(name)
-        command = [
-            sys.executable,
-            "-m",
-            "experiments.pipeline.stage_worker",
-            str(layout.root),
-            stage.name,
-        ]
-        self._process = subprocess.Popen(
-            [*command, "--error-file", str(self._error)], stdin=subprocess.PIPE, text=True
-        )
-        try:
-            self._process.stdin.write(json.dumps(config_lib.to_dict(cfg)))
-            self._process.stdin.close()
-        except BrokenPipeError:  # it ended before reading: its exit code says why
-            pass
+class StageProcess(Protocol):
+    """A stage running in its own process (`run_stages(..., launch=)`)."""
 
     def poll(self) -> int | None:
-        return self._process.poll()
+        """Its exit code once it ended, else None."""
 
-    def interrupt(self, grace: float = 2.0) -> None:
-        # A Ctrl-C at the terminal reaches it too (the same process group): `grace` seconds to
-        # stop by that one; then SIGTERM, which the worker honours as a Ctrl-C even where it
-        # ignores SIGINT (a background job), and which a checkpoint save in flight holds as it
-        # holds the first Ctrl-C, never taking it for a second.
-        try:
-            self._process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self._process.send_signal(signal.SIGTERM)
+    def interrupt(self) -> None:
+        """Asks it to stop as Ctrl-C would (a training stage keeps its last checkpoint)."""
 
-    def wait(self, timeout: float = 300.0) -> int:
-        try:
-            return self._process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            return self._process.wait()
+    def wait(self) -> int:
+        """Waits for its end; its exit code."""
 
     def error(self) -> str:
-        code = self._process.poll()
-        text = self._error.read_text().strip() if self._error.exists() else ""
-        self._error.unlink(missing_ok=True)
-        if text:
-            return text
-        if code is not None and code < 0:
-            hint = " (killed: out of memory?)" if -code == signal.SIGKILL else ""
-            return f"its process ended by signal {-code}{hint}"
-        return f"its process ended with exit code {code}"
+        """After a non-zero exit: why, on one line."""
 
-    def __del__(self):
-        self._error.unlink(missing_ok=True)
+
+def run_stages(
+    stages: list[Stage],
+    ledger_path: Path,
+    log: Callable[[str], None] = print,
+    on_done: Callable[[Stage], None] | None = None,
+    *,
+    jobs: int = 1,
+    launch: Callable[[Stage], StageProcess] | None = None,
+) -> dict:
+    """Runs the stages that are out of date; returns each stage's seconds (0 when skipped).
+
+    In list order, one at a time, in this process; or, with `launch` and `jobs` > 1, up to
+    `jobs` at once, each in the process `launch(stage)` starts, a stage starting once every
+    stage it comes after has finished (the first ready in list order first; a stage `alone`
+    only while no other runs, in this process, and none beside it). The ledger is
+    written by this process alone, one entry as each stage finishes. A stage's failure is
+    raised as a StageError naming the stage (its cause chained); a stage running beside it is
+    interrupted first. `on_done(stage)` runs after each stage that ran and finished.
+    """
+    ledger = Ledger(ledger_path)
+    after, keys = stage_keys(stages)
+    apart = launch is not None and jobs > 1
+    timings: dict[str, float] = {}
+    waiting = list(stages)
+    running: dict[str, tuple[Stage, StageProcess, float]] = {}
+    try:
+        while waiting or running:
+            # Start what is ready, the first in list order first (one at a time: the next in
+            # list order); a stage `alone` only when nothing runs, here, so nothing beside it.
+            while len(running) < jobs:
+                ready = [s for s in waiting if all(a in timings for a in after[s.name])]
+                ready = [s for s in ready if not (s.alone and running)]
+                if not ready:
+                    break
+                stage = ready[0]
+                waiting.remove(stage)
+                key = keys[stage.name]
+                if ledger.up_to_date(stage, key, log):
+                    log(f"[{stage.name}] up to date, skipped")
+                    timings[stage.name] = 0.0
+                elif stage.alone or not apart:
+                    timings[stage.name] = _run_here(stage, ledger, key, log, on_done)
+                else:
+                    log(f"[{stage.name}] running (in its own process)")
+                    running[stage.name] = (stage, launch(stage), time.perf_counter())
+            if not running:  # all left were skipped or ran here (an `after` names an earlier stage)
+                break
+            stage, process, start = running.pop(_first_to_end(running))
+            if process.poll() != 0:
+                raise StageError(f"stage {stage.name}: {process.error()}")
+            seconds = time.perf_counter() - start
+            _finished(stage, ledger, keys[stage.name], seconds, on_done, log)
+            timings[stage.name] = seconds
+    finally:  # a failure or Ctrl-C here: the stages still running stop as Ctrl-C stops them
+        for _, process, _ in running.values():
+            if process.poll() is None:
+                process.interrupt()
+        for _, process, _ in running.values():
+            process.wait()
+    return timings
+
+
+def _run_here(stage: Stage, ledger: Ledger, key: str, log, on_done) -> float:
+    """Runs a stage in this process; its seconds."""
+    log(f"[{stage.name}] running")
+    start = time.perf_counter()
+    try:
+        stage.run()
+    except GenretError as e:
+        raise StageError(f"stage {stage.name}: {e}") from e
+    except (ValueError, OSError, MemoryError) as e:
+        raise StageError(f"stage {stage.name}: {one_line(e)}") from e
+    seconds = time.perf_counter() - start
+    _finished(stage, ledger, key, seconds, on_done, log)
+    return seconds
+
+
+def _finished(stage: Stage, ledger: Ledger, key: str, seconds: float, on_done, log) -> None:
+    missing = [str(p) for p in stage.outputs if not p.exists()]
+    if missing:
+        raise StageError(f"stage {stage.name} finished without writing {missing}")
+    ledger.record(stage, key, seconds)
+    if on_done is not None:
+        on_done(stage)
+    log(f"[{stage.name}] done in {seconds:.1f} s")
+
+
+def _first_to_end(running: dict, interval: float = 0.05) -> str:
+    """The name of a running stage whose process has ended (waits for one)."""
+    while True:
+        for name, (_, process, _) in running.items():
+            if process.poll() is not None:
+                return name
+        time.sleep(interval)
 
 
 def effective_jobs(cfg: Config, log: Callable[[str], None] = print) -> int:
@@ -218,13 +269,13 @@ def run_pipeline(
         log(f"[prepare] the leave-one-out part: {warm_cfg.name} in {warm.root}")
         stages.prepare(warm_cfg, warm, progress=progress)
         stages.save_config(warm_cfg, warm)
-    ledger.run_stages(
+    run_stages(
         build_stages(cfg, layout, progress=progress),
         layout.ledger,
         log=log,
         on_done=lambda _: stages.save_config(cfg, layout),
         jobs=effective_jobs(cfg, log),
-        launch=lambda stage: _StageProcess(cfg, layout, stage),
+        launch=lambda stage: stage_worker.StageProcess(cfg, layout, stage),
     )
     stages.write_report(cfg, layout)
     log(f"[pipeline] done in {time.perf_counter() - start:.1f} s; report: {layout.report}")

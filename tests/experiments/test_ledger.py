@@ -4,7 +4,8 @@ import pytest
 
 from data.errors import StageError
 from data.fingerprint import file_digest
-from experiments.pipeline import ledger as stages
+from experiments.pipeline import ledger
+from experiments.pipeline.workflow import run_stages
 
 
 def _writer(tmp_path, calls, name):
@@ -19,32 +20,30 @@ def _writer(tmp_path, calls, name):
 
 def _make(tmp_path, calls, a_param=1):
     return [
-        stages.Stage("a", (a_param,), (tmp_path / "a",), _writer(tmp_path, calls, "a")),
-        stages.Stage("b", (), (tmp_path / "b",), _writer(tmp_path, calls, "b")),
+        ledger.Stage("a", (a_param,), (tmp_path / "a",), _writer(tmp_path, calls, "a")),
+        ledger.Stage("b", (), (tmp_path / "b",), _writer(tmp_path, calls, "b")),
     ]
 
 
 def test_second_run_skips_everything(tmp_path):
     calls = []
-    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
-    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
+    run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
+    run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
     assert calls == ["a", "b"]
 
 
 def test_upstream_change_reruns_downstream(tmp_path):
     calls = []
-    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
-    stages.run_stages(
-        _make(tmp_path, calls, a_param=2), tmp_path / "stages.json", log=lambda s: None
-    )
+    run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
+    run_stages(_make(tmp_path, calls, a_param=2), tmp_path / "stages.json", log=lambda s: None)
     assert calls == ["a", "b", "a", "b"]
 
 
 def test_missing_output_reruns_only_that_stage(tmp_path):
     calls = []
-    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
+    run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
     (tmp_path / "b").unlink()
-    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
+    run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
     assert calls == ["a", "b", "b"]
 
 
@@ -54,13 +53,13 @@ def test_killed_stage_is_not_recorded(tmp_path):
     def boom():
         raise KeyboardInterrupt
 
-    failing = [stages.Stage("a", (), (tmp_path / "a",), boom)]
+    failing = [ledger.Stage("a", (), (tmp_path / "a",), boom)]
     try:
-        stages.run_stages(failing, tmp_path / "stages.json", log=lambda s: None)
+        run_stages(failing, tmp_path / "stages.json", log=lambda s: None)
     except KeyboardInterrupt:
         pass
-    assert "a" not in stages.Ledger(tmp_path / "stages.json").entries
-    stages.run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
+    assert "a" not in ledger.Ledger(tmp_path / "stages.json").entries
+    run_stages(_make(tmp_path, calls), tmp_path / "stages.json", log=lambda s: None)
     assert calls == ["a", "b"]
 
 
@@ -77,14 +76,14 @@ def test_independent_branches_do_not_rerun_each_other(tmp_path):
 
     def make(p):
         def stage(name, parts=(), after=()):
-            return stages.Stage(
+            return ledger.Stage(
                 name, parts, (tmp_path / name,), _writer(tmp_path, calls, name), after=after
             )
 
         return [stage("root"), stage("x", (p,), ("root",)), stage("y", (), ("root",))]
 
-    stages.run_stages(make(1), tmp_path / "stages.json", log=lambda s: None)
-    stages.run_stages(make(2), tmp_path / "stages.json", log=lambda s: None)
+    run_stages(make(1), tmp_path / "stages.json", log=lambda s: None)
+    run_stages(make(2), tmp_path / "stages.json", log=lambda s: None)
     assert calls == ["root", "x", "y", "x"]
 
 
@@ -93,15 +92,15 @@ def test_empty_after_has_no_upstream_but_none_follows_the_previous(tmp_path):
 
     def make(p):
         def stage(name, parts=(), after=None):
-            return stages.Stage(
+            return ledger.Stage(
                 name, parts, (tmp_path / name,), _writer(tmp_path, calls, name), after=after
             )
 
         # "next" follows the stage before it (after=None); "own" has no upstream (after=()).
         return [stage("first", (p,)), stage("next"), stage("own", (), ())]
 
-    stages.run_stages(make(1), tmp_path / "stages.json", log=lambda s: None)
-    stages.run_stages(make(2), tmp_path / "stages.json", log=lambda s: None)
+    run_stages(make(1), tmp_path / "stages.json", log=lambda s: None)
+    run_stages(make(2), tmp_path / "stages.json", log=lambda s: None)
     assert calls == ["first", "next", "own", "first", "next"]
 
 
@@ -114,12 +113,12 @@ def test_output_that_no_longer_loads_reruns(tmp_path):
 
     def make():
         return [
-            stages.Stage("a", (), (tmp_path / "a",), _writer(tmp_path, calls, "a"), check=check)
+            ledger.Stage("a", (), (tmp_path / "a",), _writer(tmp_path, calls, "a"), check=check)
         ]
 
-    stages.run_stages(make(), tmp_path / "stages.json", log=logs.append)
+    run_stages(make(), tmp_path / "stages.json", log=logs.append)
     (tmp_path / "a").write_text("")  # same key, output present, but damaged
-    stages.run_stages(make(), tmp_path / "stages.json", log=logs.append)
+    run_stages(make(), tmp_path / "stages.json", log=logs.append)
     assert calls == ["a", "a"]
     assert any("no longer loads" in line and "truncated" in line for line in logs), logs
 
@@ -128,9 +127,9 @@ def test_stage_failure_names_the_stage(tmp_path):
     def boom():
         raise ValueError("bad line 3\nmore detail")
 
-    failing = [stages.Stage("tokenizer", (), (tmp_path / "a",), boom)]
+    failing = [ledger.Stage("tokenizer", (), (tmp_path / "a",), boom)]
     with pytest.raises(StageError, match=r"^stage tokenizer: ValueError: bad line 3$"):
-        stages.run_stages(failing, tmp_path / "stages.json", log=lambda s: None)
+        run_stages(failing, tmp_path / "stages.json", log=lambda s: None)
     assert not (tmp_path / "stages.json").exists()
 
 
@@ -191,20 +190,20 @@ def test_stages_that_wait_on_nothing_run_side_by_side_and_the_rest_in_order(tmp_
 
     def make():
         def stage(name, after):
-            return stages.Stage(name, (), (tmp_path / name,), lambda: None, after=after)
+            return ledger.Stage(name, (), (tmp_path / name,), lambda: None, after=after)
 
         return [stage("x", ()), stage("y", ()), stage("z", ("x", "y"))]
 
     path = tmp_path / "stages.json"
-    timings = stages.run_stages(make(), path, log=logs.append, jobs=2, launch=launch)
+    timings = run_stages(make(), path, log=logs.append, jobs=2, launch=launch)
     assert (tmp_path / "z").read_text() == "xy"
     assert launched == ["x", "y", "z"] and set(timings) == {"x", "y", "z"}
-    assert set(stages.Ledger(path).entries) == {"x", "y", "z"}
+    assert set(ledger.Ledger(path).entries) == {"x", "y", "z"}
     assert logs[:2] == ["[x] running (in its own process)", "[y] running (in its own process)"]
-    stages.run_stages(make(), path, log=logs.append, jobs=2, launch=launch)
+    run_stages(make(), path, log=logs.append, jobs=2, launch=launch)
     assert launched == ["x", "y", "z"]
     # One at a time (jobs=1) the same stages run in this process: run(), not launch().
-    assert stages.run_stages(make(), tmp_path / "other.json", jobs=1, launch=launch) is not None
+    assert run_stages(make(), tmp_path / "other.json", jobs=1, launch=launch) is not None
     assert launched == ["x", "y", "z"]
 
 
@@ -216,19 +215,19 @@ def test_a_failing_stage_interrupts_the_one_beside_it_and_records_neither(tmp_pa
         return _Script(tmp_path, "import time\nwhile True: time.sleep(0.01)")
 
     made = [
-        stages.Stage("long", (), (tmp_path / "long",), lambda: None, after=()),
-        stages.Stage("bad", (), (tmp_path / "bad",), lambda: None, after=()),
-        stages.Stage("next", (), (tmp_path / "next",), lambda: None, after=("bad",)),
+        ledger.Stage("long", (), (tmp_path / "long",), lambda: None, after=()),
+        ledger.Stage("bad", (), (tmp_path / "bad",), lambda: None, after=()),
+        ledger.Stage("next", (), (tmp_path / "next",), lambda: None, after=("bad",)),
     ]
     with pytest.raises(StageError, match=r"^stage bad: bad line 3 of items.json$"):
-        stages.run_stages(made, tmp_path / "stages.json", log=lambda s: None, jobs=2, launch=launch)
+        run_stages(made, tmp_path / "stages.json", log=lambda s: None, jobs=2, launch=launch)
     assert not (tmp_path / "stages.json").exists()
 
 
 def test_a_stage_that_ends_well_without_its_output_is_an_error(tmp_path):
-    made = [stages.Stage("a", (), (tmp_path / "a",), lambda: None)]
+    made = [ledger.Stage("a", (), (tmp_path / "a",), lambda: None)]
     with pytest.raises(StageError, match="finished without writing"):
-        stages.run_stages(
+        run_stages(
             made,
             tmp_path / "stages.json",
             log=lambda s: None,
@@ -258,13 +257,13 @@ def test_a_stage_alone_runs_here_with_no_other_beside_it(tmp_path):
         (tmp_path / "e").write_text(",".join(running))
 
     made = [
-        stages.Stage("x", (), (tmp_path / "x",), lambda: None, after=()),
-        stages.Stage("e", (), (tmp_path / "e",), alone, after=("x",), alone=True),
-        stages.Stage("y", (), (tmp_path / "y",), lambda: None, after=("x",)),
-        stages.Stage("g", (), (tmp_path / "g",), lambda: None, after=()),
+        ledger.Stage("x", (), (tmp_path / "x",), lambda: None, after=()),
+        ledger.Stage("e", (), (tmp_path / "e",), alone, after=("x",), alone=True),
+        ledger.Stage("y", (), (tmp_path / "y",), lambda: None, after=("x",)),
+        ledger.Stage("g", (), (tmp_path / "g",), lambda: None, after=()),
     ]
     logs = []
-    stages.run_stages(made, tmp_path / "stages.json", log=logs.append, jobs=2, launch=launch)
+    run_stages(made, tmp_path / "stages.json", log=logs.append, jobs=2, launch=launch)
     assert order == ["x", "g", "y", "e"]
     assert (tmp_path / "e").read_text() == ""  # x, y and g had all ended
     assert "[e] running" in logs and "[y] running (in its own process)" in logs

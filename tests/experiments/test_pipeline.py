@@ -210,16 +210,17 @@ def test_a_stage_failing_in_its_own_process_is_one_line_naming_it(tmp_path):
     import signal
 
     from experiments.pipeline.layout import RunLayout
-    from experiments.pipeline.workflow import _StageProcess, build_stages
+    from experiments.pipeline.stage_worker import StageProcess
+    from experiments.pipeline.workflow import build_stages
 
     cfg = config.load_preset("tiny")
     layout = RunLayout(tmp_path / "w")
     tokenizer = build_stages(cfg, layout, progress=False)[0]
-    failed = _StageProcess(cfg, layout, tokenizer)
+    failed = StageProcess(cfg, layout, tokenizer)
     assert failed.wait() == 1
     lines = failed.error().splitlines()
     assert len(lines) == 1 and str(layout.root) in lines[0], lines
-    killed = _StageProcess(cfg, layout, tokenizer)
+    killed = StageProcess(cfg, layout, tokenizer)
     killed._process.send_signal(signal.SIGKILL)
     assert killed.wait() == -signal.SIGKILL
     assert killed.error() == "its process ended by signal 9 (killed: out of memory?)"
@@ -317,7 +318,7 @@ def test_a_stage_process_started_with_sigint_ignored_stops_only_with_the_pipelin
 
 def test_a_stage_process_ignoring_sigint_stops_when_its_pipeline_asks(tmp_path):
     """A stage worker started with SIGINT ignored (its pipeline a background job) and training,
-    asked to stop as the pipeline asks when the stage beside it fails (_StageProcess.interrupt),
+    asked to stop as the pipeline asks when the stage beside it fails (StageProcess.interrupt),
     stops at once as by a Ctrl-C (exit 130, its checkpoints kept), not after the pipeline's
     300 s wait and a SIGKILL."""
     import dataclasses
@@ -325,7 +326,8 @@ def test_a_stage_process_ignoring_sigint_stops_when_its_pipeline_asks(tmp_path):
 
     from experiments.pipeline import stages
     from experiments.pipeline.layout import RunLayout
-    from experiments.pipeline.workflow import _StageProcess, build_stages
+    from experiments.pipeline.stage_worker import StageProcess
+    from experiments.pipeline.workflow import build_stages
 
     cfg = config.load_preset("tiny")
     cfg = dataclasses.replace(cfg, rqvae=dataclasses.replace(cfg.rqvae, num_steps=1_000_000))
@@ -334,7 +336,7 @@ def test_a_stage_process_ignoring_sigint_stops_when_its_pipeline_asks(tmp_path):
     tokenizer = build_stages(cfg, layout, progress=False)[0]
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the worker
     try:
-        worker = _StageProcess(cfg, layout, tokenizer)
+        worker = StageProcess(cfg, layout, tokenizer)
     finally:
         signal.signal(signal.SIGINT, previous)
     checkpoints = layout.tokenizer / "checkpoints"
