@@ -241,7 +241,7 @@ def sasrec(
     if validation:
         # The users the early stop did not see: their numbers carry no bias from the choice of
         # checkpoint. Runs whose holdouts differ compare on the users outside the larger one
-        # (docs/scripts/sasrec_best_so_far.py --outside K; samples of one seed are nested).
+        # (samples of one seed are nested).
         outside = outside_holdouts(np.arange(len(targets)), rows)
         result["outside_holdout"] = {
             "num_users": int(len(outside)),
