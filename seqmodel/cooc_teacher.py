@@ -1,6 +1,7 @@
 """A co-occurrence teacher for the retriever's loss (`seqmodel.cooc_distill`).
 
-The retriever under-ranks rare targets that a count table of adjacent pairs finds: a pair seen once in training is one example among thousands. The
+The retriever under-ranks rare targets that a count table of adjacent pairs finds: a pair seen
+once in training is one example among thousands. The
 teacher turns every occurrence of an item X as the last history item into a soft example for all
 of X's neighbours: at the target position of SID level l, the codes at level l of X's most frequent
 neighbours in the training histories (at most one position apart, both orders) whose codes before
