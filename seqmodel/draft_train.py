@@ -1,9 +1,8 @@
 """The draft head's training: its loss on a retriever batch (joint training), and the add-on run
-that trains a head on a frozen retriever, with validation, checkpoints and loading."""
+that trains a head on a frozen retriever (its step and validation, in `seqmodel.trainer`'s loop),
+and loading a trained head."""
 
 import dataclasses
-import functools
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,6 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 from jaxtyping import Array, Float
-from tqdm.auto import tqdm
 
 from data import atomic
 from data.errors import ArtifactError
@@ -21,11 +19,10 @@ from data.fingerprint import fingerprint
 from data.pipeline import batches
 from decoding import HashSet, HashVerify
 from seqmodel import sharding
-from seqmodel.checkpoint import Checkpoints, record_validation, stopped
 from seqmodel.config import DraftConfig, SeqModelConfig
 from seqmodel.draft import DraftHead, draft_decode, draft_nll
 from seqmodel.draft_files import DRAFT_FILE
-from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, SUMMARY_FILE
+from seqmodel.files import SUMMARY_FILE
 from seqmodel.inference import read_description, recall_at_k
 from seqmodel.state import TrainState
 from seqmodel.tokens import (
@@ -36,7 +33,7 @@ from seqmodel.tokens import (
     encode_histories,
     sid_tokens,
 )
-from seqmodel.train import append_metrics, finish, start_or_resume
+from seqmodel.trainer import Run, Schedule, Trainer, best_state
 
 
 def _loss(
@@ -134,7 +131,6 @@ def train_draft(
     other weights starts over.
     """
     workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     dcfg = cfg.draft
     mesh = sharding.make_mesh()
     sharding.check_batch_size(dcfg.batch_size, mesh)
@@ -151,31 +147,23 @@ def train_draft(
     transform = TokenizeExample(item_tokens, cfg.max_history, "sliding")
     iterator = iter(batches(source, transform, batch_size=dcfg.batch_size, seed=dcfg.seed))
     head_def, tx, state = _new_state(cfg, space, total, backbone)
-    state = jax.device_put(state, sharding.replicated(mesh))
     backbone_def, backbone_params = nnx.split(backbone)
     backbone_params = jax.device_put(backbone_params, sharding.replicated(mesh))
-    lead = jax.process_index() == 0
     arrays = (data.sids, data.train.items, data.train.offsets, data.valid_targets, data.allowed)
-    info = {
-        "seqmodel": dataclasses.asdict(cfg),
-        "num_levels": space.num_levels,
-        "codebook_size": V,
-        "retriever": retriever_key,
-        "inputs": fingerprint(dataclasses.asdict(cfg), retriever_key, arrays=arrays),
-    }
-    ckpts, state, progress, step, _ = start_or_resume(
+    run = Run(
         workdir,
         DRAFT_FILE,
-        info,
-        state,
-        iterator,
-        lead=lead,
+        {
+            "seqmodel": dataclasses.asdict(cfg),
+            "num_levels": space.num_levels,
+            "codebook_size": V,
+            "retriever": retriever_key,
+            "inputs": fingerprint(dataclasses.asdict(cfg), retriever_key, arrays=arrays),
+        },
         what="config, SIDs, split or retriever",
     )
-    metrics_path = workdir / METRICS_FILE
-
-    step_fn = jax.jit(
-        functools.partial(train_step, head_def, backbone_def, tx), donate_argnames="state"
+    trainer = Trainer(
+        train_step, head_def, backbone_def, tx, mesh=mesh, args={"backbone_params": backbone_params}
     )
     verify = jax.device_put(
         HashVerify(HashSet.build(data.sids[data.allowed], vocab_size=V)), sharding.replicated(mesh)
@@ -189,8 +177,9 @@ def train_draft(
     valid_tokens = encode_histories(item_tokens, data.valid_histories, cfg.max_history)
     valid_sids = data.sids[data.valid_targets]
     eval_batch = max(len(jax.devices()), min(256, dcfg.batch_size))
+    score = f"valid_draft_recall@{K}"
 
-    def validate_and_save(step: int) -> dict:
+    def validate(state: TrainState) -> dict:
         recall = recall_at_k(
             lambda p, t: decode_jit(p, backbone_params, verify, t),
             state.params,
@@ -199,54 +188,24 @@ def train_draft(
             batch_size=eval_batch,
             mesh=mesh,
         )
-        better = record_validation(progress, step, recall)
-        ckpts.save(step, state, iterator, dict(progress), best=better)
-        return {"step": step, f"valid_draft_recall@{K}": recall}
+        return {score: recall}
 
-    end = total if stop_after is None else min(total, stop_after)
-    bar = tqdm(total=total, initial=step, desc="draft", unit="step", disable=not show_progress)
-    pending, window, seconds = None, [], 0.0
-    t0 = time.perf_counter()
-    with jax.transfer_guard("disallow"):
-        while step < end and not stopped(progress, dcfg.patience):
-            batch = sharding.put_batch(next(iterator), mesh)
-            state, metrics = step_fn(state, backbone_params, batch)
-            step += 1
-            # The host reads step t-1's metrics while step t runs.
-            if pending is not None:
-                window.append(_host_row(*pending))
-            pending = (step, metrics)
-            if step % dcfg.eval_every == 0 or step == end:
-                window.append(_host_row(*pending))
-                pending = None
-                seconds += time.perf_counter() - t0
-                window.append(validate_and_save(step))
-                if lead:
-                    append_metrics(metrics_path, window)
-                recall = window[-1][f"valid_draft_recall@{K}"]
-                bar.set_postfix(loss=f"{window[-2]['loss']:.3f}", recall=f"{recall:.3f}")
-                window = []
-                t0 = time.perf_counter()
-            bar.update(1)
-    bar.close()
-    finish(ckpts, workdir)
-    summary = {
-        "steps": step,
-        "total_steps": total,
-        "steps_per_epoch": steps_per_epoch,
-        "early_stopped": stopped(progress, dcfg.patience),
-        "best_step": progress["best_step"],
-        f"best_valid_draft_recall@{K}": progress["best_recall"],
-        "train_seconds_this_run": seconds,
-    }
-    if lead:
+    fitted = trainer.fit(
+        state,
+        iterator,
+        run,
+        Schedule(
+            total=total, eval_every=dcfg.eval_every, patience=dcfg.patience, stop_after=stop_after
+        ),
+        validate=validate,
+        score=score,
+        desc="draft",
+        show_progress=show_progress,
+    )
+    summary = {**fitted.summary(), "steps_per_epoch": steps_per_epoch}
+    if jax.process_index() == 0:
         atomic.write_json(workdir / SUMMARY_FILE, summary)
-    return DraftResult(state=state, summary=summary)
-
-
-def _host_row(step: int, metrics: dict) -> dict:
-    m = jax.device_get(metrics)
-    return {"step": step, "loss": float(m["loss"]), "grad_norm": float(m["grad_norm"])}
+    return DraftResult(state=fitted.state, summary=summary)
 
 
 def load_draft(draft_dir: Path | str, backbone: Any) -> tuple[DraftHead, dict]:
@@ -261,10 +220,5 @@ def load_draft(draft_dir: Path | str, backbone: Any) -> tuple[DraftHead, dict]:
             "retrain it with `genret train-draft`"
         )
     head_def, _, state = _new_state(cfg, space, 1)
-    abstract = jax.eval_shape(lambda: state)
-    ckpts = Checkpoints(draft_dir / CHECKPOINTS_DIR)
-    try:
-        restored = ckpts.restore_best_params(abstract)
-    finally:
-        ckpts.close()
+    restored = best_state(draft_dir, jax.eval_shape(lambda: state))
     return nnx.merge(head_def, restored.params), info
