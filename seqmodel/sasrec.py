@@ -4,7 +4,6 @@ as the generative retriever."""
 
 import dataclasses
 import functools
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,19 +13,19 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int
-from tqdm.auto import tqdm
 
-from data import atomic, runlock
+from data import atomic
 from data.fingerprint import fingerprint
 from data.pipeline import HistorySource, batches, padded_batches
 from data.types import Histories
-from seqmodel.checkpoint import record_validation, stopped
+from seqmodel import sharding
 from seqmodel.config import SeqModelConfig
-from seqmodel.files import METRICS_FILE, MODEL_FILE, SUMMARY_FILE
+from seqmodel.files import MODEL_FILE, SUMMARY_FILE
 from seqmodel.model import DecoderBlock, RMSNorm, dropout
 from seqmodel.state import TrainState, make_optimizer
-from seqmodel.train import PatienceChange, append_metrics, start_or_resume
+from seqmodel.trainer import PatienceChange, Run, Schedule, Trainer, best_state
 
 PAD_ITEM = 0  # item i is id i + 1
 
@@ -165,11 +164,19 @@ def _rank(graphdef: nnx.GraphDef, params: Any, batch: Int[Array, "B T"], *, k: i
 
 
 def top_k(
-    graphdef: nnx.GraphDef, params: Any, items: Int[np.ndarray, "U T"], *, k: int, batch_size: int
+    graphdef: nnx.GraphDef,
+    params: Any,
+    items: Int[np.ndarray, "U T"],
+    *,
+    k: int,
+    batch_size: int,
+    mesh: Mesh | None = None,
 ) -> Int[np.ndarray, "U k"]:
-    """The k best-scored catalog items after each history (full ranking, no item excluded)."""
+    """The k best-scored catalog items after each history (full ranking, no item excluded);
+    batches go to the default device, or are split along `mesh`'s `data` axis."""
+    put = jax.device_put if mesh is None else functools.partial(sharding.put_batch, mesh=mesh)
     out = [
-        np.asarray(_rank(graphdef, params, jax.device_put(b), k=k))
+        jax.device_get(_rank(graphdef, params, put(b), k=k))
         for b in padded_batches(items, batch_size=batch_size)
     ]
     return np.concatenate(out)[: len(items)]
@@ -193,7 +200,6 @@ def train_and_evaluate(
     """Trains (resuming from workdir/checkpoints), validates Recall@10 every eval_every steps,
     early-stops; returns (graphdef, the best parameters, summary)."""
     workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     source = HistorySource(train)
     steps_per_epoch = len(source) // cfg.batch_size
     if steps_per_epoch == 0:
@@ -203,63 +209,55 @@ def train_and_evaluate(
         batches(source, NextItems(cfg.max_history), batch_size=cfg.batch_size, seed=cfg.seed)
     )
     graphdef, tx, state = new_state(cfg, num_items, total)
+    mesh = sharding.make_mesh()
+    sharding.check_batch_size(cfg.batch_size, mesh)
+    trainer = Trainer(
+        train_step,
+        graphdef,
+        tx,
+        cfg.seed,
+        mesh=mesh,
+        static_argnames=("slots",),
+        static_of=lambda b: {"slots": capacity(int(b["weights"].sum()), b["weights"].size)},
+    )
     arrays = (train.items, train.offsets, valid_histories.items, valid_targets)
 
     def key_at_patience(patience: int) -> str:
         fields = dataclasses.asdict(dataclasses.replace(cfg, patience=patience))
         return fingerprint(fields, num_items, arrays=arrays)
 
-    info = {"sasrec": dataclasses.asdict(cfg), "inputs": key_at_patience(cfg.patience)}
     # The retriever's policy: other inputs retrain from scratch (one line), else resume, with the
     # metrics log cut back to the restored step; a new patience alone resumes the same run.
-    ckpts, state, progress, step, seconds_before = start_or_resume(
+    run = Run(
         workdir,
         MODEL_FILE,
-        info,
-        state,
-        iterator,
-        lead=True,
+        {"sasrec": dataclasses.asdict(cfg), "inputs": key_at_patience(cfg.patience)},
         what="config or data",
         patience_change=PatienceChange("sasrec", cfg.patience, key_at_patience),
     )
-    metrics_path = workdir / METRICS_FILE
-    step_fn = jax.jit(
-        functools.partial(train_step, graphdef, tx, cfg.seed),
-        donate_argnames="state",
-        static_argnames="slots",
-    )
     valid_items = encode_items(valid_histories, cfg.max_history)
-    end = total if stop_after is None else min(total, stop_after)
-    bar = tqdm(total=total, initial=step, desc="sasrec", unit="step", disable=not show_progress)
-    t0, seconds = time.perf_counter(), 0.0
-    while step < end and not stopped(progress, cfg.patience):
-        batch = next(iterator)
-        slots = capacity(int(batch["weights"].sum()), batch["weights"].size)
-        state, metrics = step_fn(state, jax.device_put(batch), slots=slots)
-        step += 1
-        bar.update(1)
-        if step % cfg.eval_every == 0 or step == end:
-            seconds += time.perf_counter() - t0
-            pred = top_k(graphdef, state.params, valid_items, k=10, batch_size=256)
-            recall = _recall(pred, valid_targets)
-            better = record_validation(progress, step, recall)
-            ckpts.save(step, state, iterator, dict(progress), best=better)
-            row = {"step": step, "loss": float(metrics["loss"]), "valid_recall@10": recall}
-            append_metrics(metrics_path, [{**row, "train_seconds": seconds_before + seconds}])
-            bar.set_postfix(loss=f"{float(metrics['loss']):.3f}", recall10=f"{recall:.4f}")
-            t0 = time.perf_counter()
-    bar.close()
-    ckpts.wait()
-    best = ckpts.restore_best_params(jax.eval_shape(lambda: state))
-    ckpts.close()
-    runlock.release(workdir)
-    summary = {
-        "steps": step,
-        "total_steps": total,
-        "early_stopped": stopped(progress, cfg.patience),
-        "best_step": progress["best_step"],
-        "best_valid_recall@10": progress["best_recall"],
-        "train_seconds_this_run": seconds,
-    }
-    atomic.write_json(workdir / SUMMARY_FILE, summary)
+
+    def validate(state: TrainState) -> dict:
+        pred = top_k(graphdef, state.params, valid_items, k=10, batch_size=256, mesh=mesh)
+        return {"valid_recall@10": _recall(pred, valid_targets)}
+
+    # One log row per validation: the step's loss beside its recall.
+    fitted = trainer.fit(
+        state,
+        iterator,
+        run,
+        Schedule(
+            total=total, eval_every=cfg.eval_every, patience=cfg.patience, stop_after=stop_after
+        ),
+        validate=validate,
+        score="valid_recall@10",
+        row=lambda m: {"loss": float(m["loss"])},
+        log_steps=False,
+        desc="sasrec",
+        show_progress=show_progress,
+    )
+    best = best_state(workdir, jax.eval_shape(lambda: fitted.state))
+    summary = fitted.summary()
+    if jax.process_index() == 0:
+        atomic.write_json(workdir / SUMMARY_FILE, summary)
     return graphdef, best.params, summary

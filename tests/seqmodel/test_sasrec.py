@@ -12,7 +12,7 @@ from data.errors import BusyError
 from data.types import Histories
 from seqmodel import sasrec
 from seqmodel.config import SeqModelConfig
-from seqmodel.train import read_metrics
+from seqmodel.trainer import read_metrics
 from tests.conftest import locked_by_another_process
 
 CFG = SeqModelConfig(
