@@ -9,21 +9,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from tqdm import tqdm
 
 import decoding
 from data import atomic
 from data.errors import ArgumentError
+from data.fingerprint import fingerprint
 from experiments.classify import data as cd
-from rqvae import checkpoint as ckpt
+from seqmodel.files import METRICS_FILE
 from seqmodel.state import TrainState
 from seqmodel.textlm import TextLM, TextLMConfig
+from seqmodel.trainer import Run, Schedule, Trainer, read_metrics
 
+_INFO_FILE = "classifier.json"  # the run's settings and inputs key, beside its checkpoints
 # Settings that change the trained model: a checkpoint made with others is not resumed.
 _TRAIN_FIELDS = (
     "meta_path", "max_items", "test_fraction", "val_fraction", "max_words", "prompt_len",
@@ -177,12 +180,20 @@ def _train_step(graphdef, tx, state: TrainState, batch, key):
     )
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), loss
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), {"loss": loss}
 
 
 def _eval_loss(graphdef, params, batch):
     loss, n = _loss(graphdef, params, batch, None)
     return loss * n, n
+
+
+def _batch_at(step: int, *, data: tuple[np.ndarray, np.ndarray], per_epoch: int, B: int, seed: int):
+    """Step `step`'s rows: its epoch's seeded permutation of the training items, cut into B."""
+    epoch, i = divmod(step, per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(len(data[0]))
+    rows = order[i * B : (i + 1) * B]
+    return data[0][rows], data[1][rows]
 
 
 def train(
@@ -208,60 +219,57 @@ def train(
         optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=cfg.weight_decay)
     )
     state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
-    meta = {"config": {f: getattr(cfg, f) for f in _TRAIN_FIELDS}, "vocab": prep.vocab.words}
+    trainer = Trainer(_train_step, graphdef, tx, args={"key": jax.random.key(cfg.seed)})
+    if B % trainer.mesh.shape["data"]:
+        raise ArgumentError(f"batch_size={B} does not split across {trainer.mesh.size} devices")
+    # Steps index their batches, so a resumed run reads the rows the uninterrupted one would.
+    at = functools.partial(
+        _batch_at, data=(prompts, targets), per_epoch=per_epoch, B=B, seed=cfg.seed
+    )
+    options = grain.ReadOptions(num_threads=2, prefetch_buffer_size=16)
+    batches = iter(grain.MapDataset.range(total).map(at).to_iter_dataset(options))
+    config = {f: getattr(cfg, f) for f in _TRAIN_FIELDS}
+    run = Run(
+        directory,
+        _INFO_FILE,
+        {"classify": config, "inputs": fingerprint(config, prep.vocab.words)},
+        what="settings",
+        refuse="holds a run with other settings; use another --workdir or delete that folder",
+    )
+    loss_fn = jax.jit(functools.partial(_eval_loss, graphdef))
 
-    def check_meta(saved: dict) -> None:
-        if saved.get("config") != meta["config"] or saved.get("vocab") != meta["vocab"]:
-            raise ArgumentError(
-                f"{directory}: holds a run with other settings; use another --workdir or "
-                "delete that folder"
-            )
+    def validate(state: TrainState) -> dict:
+        loss = _mean_loss(loss_fn, state.params, val, B, trainer.put)
+        epoch = int(jax.device_get(state.step)) // per_epoch
+        log(f"epoch {epoch}/{cfg.epochs}: val loss {loss:.4f}")
+        return {"val_loss": loss}
 
-    mngr = ckpt.manager(directory / "checkpoints")
-    record = {"steps": total, "steps_per_epoch": per_epoch, "val_loss": [], "train_seconds": 0.0}
-    try:
-        found = ckpt.restore_newest(mngr, jax.eval_shape(lambda: state), check_meta=check_meta)
-        if found is not None:
-            state = found[1]
-            record = ckpt.restore_meta(mngr, found[0])["record"]
-            log(f"resumed from step {found[0]} of {total}")
-        step_fn = jax.jit(functools.partial(_train_step, graphdef, tx), donate_argnames="state")
-        loss_fn = jax.jit(functools.partial(_eval_loss, graphdef))
-        key = jax.random.key(cfg.seed)
-        start, t0 = int(state.step), time.perf_counter()
-        seconds = record["train_seconds"]
-        bar = tqdm(total=total, initial=start, desc="classify train", unit="step", leave=False)
-        pending = None
-        for step in range(start, total):
-            epoch, i = divmod(step, per_epoch)
-            order = np.random.default_rng([cfg.seed, epoch]).permutation(len(prompts))
-            rows = order[i * B : (i + 1) * B]
-            batch = jax.device_put((prompts[rows], targets[rows]))
-            state, loss = step_fn(state, batch, key)
-            if pending is not None:
-                bar.set_postfix(loss=f"{float(jax.device_get(pending)):.3f}")
-            pending = loss
-            bar.update(1)
-            end_of_epoch = (step + 1) % per_epoch == 0
-            if end_of_epoch and val is not None:
-                record["val_loss"].append(_mean_loss(loss_fn, state.params, val, B))
-                log(f"epoch {epoch + 1}/{cfg.epochs}: val loss {record['val_loss'][-1]:.4f}")
-            if end_of_epoch or (step + 1) % cfg.checkpoint_every == 0:
-                record["train_seconds"] = seconds + time.perf_counter() - t0
-                ckpt.save(mngr, step + 1, state, {**meta, "record": record})
-        bar.close()
-        record["train_seconds"] = seconds + time.perf_counter() - t0
-    finally:
-        ckpt.close(mngr)
-    return graphdef, state.params, record
+    fitted = trainer.fit(
+        state,
+        batches,
+        run,
+        Schedule(total=total, eval_every=per_epoch, save_every=cfg.checkpoint_every),
+        validate=None if val is None else validate,
+        row=lambda m: {"loss": float(m["loss"])},
+        desc="classify train",
+        log=log,
+    )
+    rows = read_metrics(Path(directory) / METRICS_FILE)
+    record = {
+        "steps": total,
+        "steps_per_epoch": per_epoch,
+        "val_loss": [r["val_loss"] for r in rows if "val_loss" in r],
+        "train_seconds": max((r.get("train_seconds", 0.0) for r in rows), default=0.0),
+    }
+    return graphdef, fitted.state.params, record
 
 
-def _mean_loss(loss_fn, params, data: tuple[np.ndarray, np.ndarray], B: int) -> float:
+def _mean_loss(loss_fn, params, data: tuple[np.ndarray, np.ndarray], B: int, put) -> float:
     total = count = 0.0
     for rows, real in _batches(len(data[0]), B):
         # Padding rows get all-PAD targets: no weight in the loss.
         target = np.where(real[:, None], data[1][rows], cd.PAD)
-        nll, n = jax.device_get(loss_fn(params, jax.device_put((data[0][rows], target))))
+        nll, n = jax.device_get(loss_fn(params, put((data[0][rows], target))))
         total, count = total + float(nll), count + float(n)
     return total / max(count, 1.0)
 

@@ -1,11 +1,12 @@
 """`genret classify` end to end on a tiny generated meta file: constrained outputs are labels."""
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from data.errors import InputError
+from data.errors import ArgumentError, InputError
 from experiments.classify import data as cd
 from experiments.classify.run import (
     ClassifyConfig,
@@ -113,6 +114,10 @@ def test_classify_end_to_end_constrained_outputs_are_labels(tmp_path):
     logs = []
     _, _, again = train(cfg, prepare(cfg), run_dir(tmp_path / "w", "file"), log=logs.append)
     assert again["val_loss"] == record["val_loss"] and logs[0].startswith("resumed from step")
+    # Other training settings in the same folder: refused, the run left as it was.
+    other = dataclasses.replace(cfg, learning_rate=cfg.learning_rate / 2)
+    with pytest.raises(ArgumentError, match="holds a run with other settings"):
+        train(other, prepare(other), run_dir(tmp_path / "w", "file"), log=logs.append)
 
 
 @pytest.mark.real_data
