@@ -1,11 +1,7 @@
-"""Retriever training: data from the cold-start split, one jitted step, validation, checkpoints."""
+"""Retriever training: its loss and step, batches of each layout, and `train_and_evaluate`, which
+hands them to the one training loop (`seqmodel.trainer`) with Recall@K validation."""
 
 import dataclasses
-import functools
-import json
-import shutil
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -15,11 +11,9 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int
-from tqdm.auto import tqdm
 
-from data import atomic, runlock
-from data.environment import differences, environment
-from data.errors import ArtifactError
+from data import atomic
+from data.environment import environment
 from data.examples import RetrieverData
 from data.fingerprint import fingerprint
 from data.pipeline import (
@@ -33,11 +27,10 @@ from data.pipeline import (
 from data.types import Histories
 from decoding import StaticConstraint, StaticIndex
 from seqmodel import sharding
-from seqmodel.checkpoint import Checkpoints, new_progress, record_validation, stopped
 from seqmodel.config import SeqModelConfig, identity_fields
 from seqmodel.cooc_teacher import CoocTeacher
 from seqmodel.draft import draft_nll
-from seqmodel.files import CHECKPOINTS_DIR, METRICS_FILE, MODEL_FILE, SUMMARY_FILE
+from seqmodel.files import MODEL_FILE, SUMMARY_FILE
 from seqmodel.inference import decode, recall_at_k
 from seqmodel.model import token_log_likelihood
 from seqmodel.state import TrainState, eval_params, new_train_state
@@ -50,6 +43,8 @@ from seqmodel.tokens import (
     encode_histories,
     sid_tokens,
 )
+from seqmodel.trainer import PatienceChange, Run, Schedule, Trainer
+from seqmodel.trainer import read_metrics as read_metrics  # the pipeline reads the log from here
 
 
 def loss_fn(
@@ -192,24 +187,22 @@ def step_arguments(seed: int, total_steps: int) -> dict | None:
     return {"seed": jnp.int32(seed), "total_steps": jnp.int32(total_steps)}
 
 
-def step_function(
+def make_trainer(
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,
     seed: int,
     total_steps: int,
     mesh: Mesh,
-) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
-    """`(state, batch) -> (state, metrics)`, jitted with the state donated. Seed and schedule
-    length are arguments of the program, not constants: retrievers that differ only in them
-    (ensemble seeds; a pipeline's cold-start and leave-one-out runs) share its compilation,
-    through JAX's persistent cache across processes. Same floats either way (the seed is exact
-    integer arithmetic; seqmodel.state.traced_warmup_cosine for the length)."""
+) -> Trainer:
+    """The retriever's `Trainer` over `train_step`. Seed and schedule length are arguments of the
+    program, not constants: retrievers that differ only in them (ensemble seeds; a pipeline's
+    cold-start and leave-one-out runs) share its compilation, through JAX's persistent cache
+    across processes. Same floats either way (the seed is exact integer arithmetic;
+    seqmodel.state.traced_warmup_cosine for the length)."""
     args = step_arguments(seed, total_steps)
     if args is None:
-        return jax.jit(functools.partial(train_step, graphdef, tx, seed), donate_argnames="state")
-    args = jax.device_put(args, sharding.replicated(mesh))
-    fn = jax.jit(functools.partial(train_step, graphdef, tx), donate_argnames="state")
-    return lambda state, batch: fn(args["seed"], state, batch, args["total_steps"])
+        return Trainer(train_step, graphdef, tx, seed, mesh=mesh)
+    return Trainer(train_step, graphdef, tx, mesh=mesh, args=args)
 
 
 def training_source(cfg: SeqModelConfig, h: Histories) -> HistorySource | WindowSource:
@@ -303,154 +296,6 @@ def inputs_fingerprint(cfg: SeqModelConfig, data: RetrieverData) -> str:
     return fingerprint(fields, arrays=arrays)
 
 
-@dataclasses.dataclass(frozen=True)
-class PatienceChange:
-    """What lets a run resume under another early-stopping patience (`start_or_resume`): the
-    section of the caller's info file that holds its config, this run's patience, and this run's
-    inputs key with any other patience."""
-
-    section: str
-    patience: int
-    key_at: Callable[[int], str]
-
-    def earlier(self, stored: dict) -> int | None:
-        """The stored run's patience where its inputs differ from this run's in that alone."""
-        cfg = stored.get(self.section)
-        old = cfg.get("patience") if isinstance(cfg, dict) else None
-        return old if type(old) is int and self.key_at(old) == stored.get("inputs") else None
-
-
-def start_or_resume(
-    workdir: Path,
-    info_file: str,
-    info: dict,
-    state,
-    iterator,
-    *,
-    lead: bool,
-    what: str,
-    patience_change: PatienceChange | None = None,
-):
-    """(checkpoints, state, progress, step, seconds_before) of a run in `workdir`, described by
-    `info`; seconds_before: the training seconds its metrics log holds up to the resumed step, so a
-    resumed run's clock counts the whole run.
-
-    A run made from other inputs (info["inputs"] differs from the one in `info_file`) is dropped
-    with one line; otherwise the newest checkpoint that restores is resumed (None restores: each
-    was set aside with one line, and the fresh `state` starts over). Writes `info_file` and trims
-    the metrics log to the resumed step. The lead process holds `workdir`'s run lock
-    (data.runlock) from here until `finish`.
-
-    Early stopping's patience only decides when training ends, never what a step computes, so a run
-    whose inputs differ from these in their patience alone (`patience_change`) is resumed; the
-    loops decide whether it has stopped from its count of validations without gain
-    (`checkpoint.stopped`), so a run stopped under a patience of 10 goes on under 20 as if it had
-    been made with 20 from the start.
-    """
-    if lead:  # a second process resuming the same run is refused (data.runlock); `finish` frees it
-        runlock.hold(workdir)
-    path = workdir / info_file
-    stored = _read_info(path)
-    if stored is not None and stored.get("inputs") != info["inputs"] and lead:
-        old = patience_change.earlier(stored) if patience_change else None
-        if old is not None:
-            tqdm.write(
-                f"{workdir}: patience {old} -> {patience_change.patience}; resuming the same run"
-            )
-        else:
-            _start_over(workdir, info_file, what)
-    ckpts = Checkpoints(workdir / CHECKPOINTS_DIR)
-    progress = new_progress()
-    if ckpts.latest_step() is not None:
-        abstract = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
-        )
-        restored = ckpts.restore_latest(abstract, iterator)
-        if restored is not None:
-            state, stored_progress = restored
-            if missing := sorted(set(progress) - set(stored_progress)):
-                raise ArtifactError(
-                    f"{ckpts.directory}/latest/{ckpts.latest_step()}: its progress record lacks "
-                    f"{', '.join(missing)}; delete {ckpts.directory} to train from step 0"
-                )
-            # Checkpoints before session 28 also stored a stop flag: it is decided anew instead.
-            progress = {k: stored_progress[k] for k in progress}
-    step = int(jax.device_get(state.step))
-    metrics_path = workdir / METRICS_FILE
-    rows = read_metrics(metrics_path, step)
-    # The environments this run has trained in, oldest first: a resume under other library
-    # versions is said in one line, since its numbers need not equal a run made in one go.
-    envs = _environments(stored) if step else []
-    now = environment()
-    if envs and (changed := differences(envs[-1], now)) and lead:
-        tqdm.write(
-            f"{workdir}: resuming in another environment than step {step} was trained in "
-            f"({'; '.join(changed)}); the result may differ from an uninterrupted run's"
-        )
-    if not envs or envs[-1] != now:
-        envs = [*envs, now]
-    if lead:
-        atomic.write_json(path, {**info, "environments": envs})
-        atomic.write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
-    seconds_before = max((r.get("train_seconds", 0.0) for r in rows), default=0.0)
-    return ckpts, state, progress, step, seconds_before
-
-
-def finish(ckpts: Checkpoints, workdir: Path) -> None:
-    """Ends a loop begun by `start_or_resume`: waits for the last save, closes the checkpoint
-    managers and frees the run lock."""
-    ckpts.wait()
-    ckpts.close()
-    runlock.release(workdir)
-
-
-def _start_over(workdir: Path, info_file: str, what: str) -> None:
-    tqdm.write(f"{workdir}: {what} changed since it was trained; retraining it from scratch")
-    shutil.rmtree(workdir / CHECKPOINTS_DIR, ignore_errors=True)
-    for name in (METRICS_FILE, SUMMARY_FILE, info_file):
-        (workdir / name).unlink(missing_ok=True)
-
-
-def _read_info(path: Path) -> dict | None:
-    """A run's info file; None where there is none, {} where it cannot be read (the run then
-    starts over, as one made from other inputs)."""
-    try:
-        info = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
-
-
-def _environments(info: dict | None) -> list[dict]:
-    """The environments a run's info file (as `_read_info` gave it) lists, oldest first."""
-    envs = (info or {}).get("environments", [])
-    return envs if isinstance(envs, list) else []
-
-
-def read_metrics(path: Path, upto_step: int | None = None) -> list[dict]:
-    """Logged rows (up to a resumed step); a line cut short by a kill is dropped."""
-    upto_step = float("inf") if upto_step is None else upto_step
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and row.get("step", upto_step + 1) <= upto_step:
-            rows.append(row)
-    return rows
-
-
-def append_metrics(path: Path, rows: list[dict]) -> None:
-    """Adds rows to a metrics log (one JSON object a line)."""
-    with open(path, "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-
-
 def train_and_evaluate(
     cfg: SeqModelConfig,
     workdir: Path | str,
@@ -465,7 +310,6 @@ def train_and_evaluate(
     `stop_after` ends the run after that many steps in total, as a kill would (tests of resume).
     """
     workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     mesh = sharding.make_mesh() if mesh is None else mesh
     sharding.check_batch_size(cfg.batch_size, mesh)
     V = data.codebook_size
@@ -475,22 +319,16 @@ def train_and_evaluate(
     total = cfg.max_steps or cfg.num_epochs * steps_per_epoch
 
     graphdef, tx, state = new_train_state(cfg, space, total)
-    state = jax.device_put(state, sharding.replicated(mesh))
-    # Several hosts: every process trains; only process 0 writes the run's files.
-    lead = jax.process_index() == 0
-    info = {
-        "seqmodel": dataclasses.asdict(cfg),
-        "num_levels": space.num_levels,
-        "codebook_size": V,
-        "inputs": inputs_fingerprint(cfg, data),
-    }
-    ckpts, state, progress, step, seconds_before = start_or_resume(
+    trainer = make_trainer(graphdef, tx, cfg.seed, total, mesh)
+    run = Run(
         workdir,
         MODEL_FILE,
-        info,
-        state,
-        iterator,
-        lead=lead,
+        {
+            "seqmodel": dataclasses.asdict(cfg),
+            "num_levels": space.num_levels,
+            "codebook_size": V,
+            "inputs": inputs_fingerprint(cfg, data),
+        },
         what="config, SIDs or split",
         patience_change=PatienceChange(
             "seqmodel",
@@ -498,9 +336,6 @@ def train_and_evaluate(
             lambda p: inputs_fingerprint(dataclasses.replace(cfg, patience=p), data),
         ),
     )
-    metrics_path = workdir / METRICS_FILE
-
-    step_fn = step_function(graphdef, tx, cfg.seed, total, mesh)
     # The index is replicated on every device (STATIC appendix A.3), passed as an argument.
     constraint = jax.device_put(
         StaticConstraint(StaticIndex.build(data.sids[data.allowed], vocab_size=V)),
@@ -518,84 +353,44 @@ def train_and_evaluate(
     valid_tokens = encode_histories(item_tokens, data.valid_histories, cfg.max_history)
     valid_sids = data.sids[data.valid_targets]
     eval_batch = max(len(jax.devices()), min(256, cfg.batch_size))
+    score = f"valid_recall@{cfg.eval_beam_size}"
 
-    def validate_and_save(step: int) -> dict:
+    def validate(state: TrainState) -> dict:
+        params = eval_params(state)
         recall = recall_at_k(
-            decode_fn,
-            eval_params(state),
-            valid_tokens,
-            valid_sids,
-            batch_size=eval_batch,
-            mesh=mesh,
+            decode_fn, params, valid_tokens, valid_sids, batch_size=eval_batch, mesh=mesh
         )
-        better = record_validation(progress, step, recall)
-        ckpts.save(step, state, iterator, dict(progress), best=better)
-        return {"step": step, f"valid_recall@{cfg.eval_beam_size}": recall}
+        return {score: recall}
 
-    end = total if stop_after is None else min(total, stop_after)
-    bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not show_progress)
-    pending, window, train_seconds, tokens_seen = None, [], 0.0, 0
-    t0 = time.perf_counter()
-    # Implicit host<->device copies in the hot loop are bugs (a stray float() or numpy operand).
-    with jax.transfer_guard("disallow"):
-        while step < end and not stopped(progress, cfg.patience):
-            batch = sharding.put_batch(next(iterator), mesh)
-            state, metrics = step_fn(state, batch)
-            step += 1
-            if pending is not None:
-                window.append(_host_row(*pending))
-            pending = (step, metrics)
-            if step % cfg.eval_every == 0 or step == end:
-                window.append(_host_row(*pending))
-                pending = None
-                # Per-window throughput (non-PAD input tokens), validation time excluded.
-                seconds = time.perf_counter() - t0
-                tokens = sum(r.pop("tokens") for r in window)
-                train_seconds, tokens_seen = train_seconds + seconds, tokens_seen + tokens
-                tps = tokens / max(seconds, 1e-9)
-                window[-1]["tokens_per_s"] = tps
-                window[-1]["train_seconds"] = seconds_before + train_seconds
-                window.append(validate_and_save(step))
-                if lead:
-                    append_metrics(metrics_path, window)
-                bar.set_postfix(
-                    loss=f"{window[-2]['loss']:.3f}",
-                    tok_s=f"{tps:,.0f}",
-                    recall=f"{window[-1][f'valid_recall@{cfg.eval_beam_size}']:.3f}",
-                )
-                window = []
-                t0 = time.perf_counter()
-            elif step % 10 == 0 and window:
-                tps = sum(r["tokens"] for r in window) / max(time.perf_counter() - t0, 1e-9)
-                bar.set_postfix(loss=f"{window[-1]['loss']:.3f}", tok_s=f"{tps:,.0f}")
-            bar.update(1)
-    bar.close()
-    finish(ckpts, workdir)
+    fitted = trainer.fit(
+        state,
+        iterator,
+        run,
+        Schedule(
+            total=total, eval_every=cfg.eval_every, patience=cfg.patience, stop_after=stop_after
+        ),
+        validate=validate,
+        score=score,
+        row=_host_row,
+        desc="train",
+        show_progress=show_progress,
+    )
     summary = {
-        "steps": step,
-        "total_steps": total,
+        **fitted.summary(),
         "steps_per_epoch": steps_per_epoch,
-        "early_stopped": stopped(progress, cfg.patience),
-        "best_step": progress["best_step"],
-        f"best_valid_recall@{cfg.eval_beam_size}": progress["best_recall"],
-        "train_seconds_this_run": train_seconds,
-        "tokens_per_s_this_run": tokens_seen / max(train_seconds, 1e-9),
+        "tokens_per_s_this_run": fitted.tokens_per_s,
         "devices": int(mesh.devices.size),
         "environment": environment(),
     }
-    if lead:
+    if jax.process_index() == 0:
         atomic.write_json(workdir / SUMMARY_FILE, summary)
-    return TrainResult(state=state, summary=summary)
+    return TrainResult(state=fitted.state, summary=summary)
 
 
-def _host_row(step: int, metrics: dict) -> dict:
-    m = jax.device_get(metrics)
-    row = {
-        "step": step,
-        "loss": float(m["loss"]),
-        "grad_norm": float(m["grad_norm"]),
-        "tokens": int(m["tokens"]),
-    }
+def _host_row(m: dict) -> dict:
+    """A step's metrics row: loss, gradient norm, its non-PAD tokens (for throughput) and the
+    joint draft head's NLL."""
+    row = {"loss": float(m["loss"]), "grad_norm": float(m["grad_norm"]), "tokens": int(m["tokens"])}
     if "draft_nll_sum" in m:
         row["draft_nll"] = float(m["draft_nll_sum"]) / max(float(m["draft_count"]), 1.0)
     return row

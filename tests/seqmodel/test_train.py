@@ -361,8 +361,8 @@ def test_a_stopped_run_goes_on_under_a_larger_patience_as_if_made_with_it(tmp_pa
     data = _data()
     first = train_and_evaluate(still, tmp_path / "b", data, show_progress=False)
     assert first.summary["early_stopped"] and first.summary["steps"] == 4
-    # Checkpoints keep the count of fruitless validations, not a stop flag. Those written before
-    # session 28 also held "stopped": true, which a resume must not obey: add it to test that.
+    # Checkpoints keep the count of fruitless validations, not a stop flag. Older ones also held
+    # "stopped": true, which a resume must not obey: add it to test that.
     stored = sorted((tmp_path / "b").glob("checkpoints/latest/*/progress/metadata"))
     assert stored
     for path in stored:
