@@ -13,7 +13,6 @@ Example:
 
 import argparse
 import dataclasses
-import functools
 import itertools
 import json
 import time
@@ -30,10 +29,11 @@ from experiments.commands import _common as common
 from experiments.evaluation.retrieval import load_inputs
 from experiments.pipeline.artifacts import split_examples
 from experiments.pipeline.layout import Split
+from seqmodel import sharding
 from seqmodel.config import ARCHS, LAYOUTS
 from seqmodel.state import new_train_state
 from seqmodel.tokens import PAD, TokenSpace, sid_tokens
-from seqmodel.train import train_step, training_batches
+from seqmodel.train import make_trainer, training_batches
 
 
 def _sizes(text: str) -> tuple[tuple[int, int], ...]:
@@ -172,8 +172,10 @@ def bench_train(
     data = split_examples(ds, sids, split, V, cfg.seqmodel)
     item_tokens = sid_tokens(data.sids, V)
     space = TokenSpace(num_levels=data.sids.shape[1], codebook_size=V)
+    mesh = sharding.make_mesh()
     runs = {}
     for name, v in _variants(cfg, layouts, sizes, archs, sweeps):
+        sharding.check_batch_size(v.batch_size, mesh)
         iterator, per_epoch = training_batches(v, data, item_tokens)
         batches = [next(iterator)]
         # The host's share: making a batch (tokenizing rows, the teacher's targets), timed apart
@@ -182,16 +184,18 @@ def bench_train(
         batches += [next(iterator) for _ in range(steps)]
         host_ms = (time.perf_counter() - start) * 1e3 / steps
         graphdef, tx, state = new_train_state(v, space, per_epoch * v.num_epochs)
-        fn = jax.jit(functools.partial(train_step, graphdef, tx, v.seed), donate_argnames="state")
+        # The step training runs: the retriever's Trainer's own jitted program.
+        trainer = make_trainer(graphdef, tx, v.seed, per_epoch * v.num_epochs, mesh)
+        state = trainer.replicate(state)
         # Compile every row width first (the bucketed layout has one program per width).
         widths = {}
         for b in batches:
             widths.setdefault(b["inputs"].shape, b)
         for b in widths.values():
-            state, _ = fn(state, jax.device_put(b))
+            state, _ = trainer.step(state, trainer.put(b))
         jax.block_until_ready(state)
         params = sum(x.size for x in jax.tree.leaves(state.params))
-        runs[name] = {"fn": fn, "state": state, "batches": batches[1:], "ms": []}
+        runs[name] = {"trainer": trainer, "state": state, "batches": batches[1:], "ms": []}
         runs[name]["info"] = {
             "layout": v.layout,
             "arch": v.arch,
@@ -212,9 +216,9 @@ def bench_train(
         log(f"[bench-train] {name}: compiled, {params:,} parameters")
     for i in range(steps):
         for r in runs.values():
-            batch = jax.device_put(r["batches"][i])
+            batch = r["trainer"].put(r["batches"][i])
             start = time.perf_counter()
-            r["state"], metrics = r["fn"](r["state"], batch)
+            r["state"], metrics = r["trainer"].step(r["state"], batch)
             jax.block_until_ready(metrics["loss"])
             r["ms"].append((time.perf_counter() - start) * 1e3)
     out = {"dataset": cfg.data.dataset, "split": split.name, "steps": steps, "variants": {}}
