@@ -4,7 +4,7 @@ Two processes resuming the same run would both write its checkpoints and metrics
 validation's row twice, saves racing). The lock is `flock` on the directory itself, so it leaves
 no file behind and the kernel drops it when its holder exits, killed or not: a stale lock cannot
 exist. It is advisory: it binds only processes that take it (the training loops, via
-`seqmodel.train.start_or_resume`); reading a run (evaluations, reports) takes none.
+`seqmodel.trainer.start_or_resume`); reading a run (evaluations, reports) takes none.
 
 A filesystem that cannot lock (some NFS mounts answer ENOLCK or EOPNOTSUPP) gets a warning and no
 lock: the run goes on as it did before locks existed, and the user is told that nothing stops a

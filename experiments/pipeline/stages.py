@@ -99,7 +99,8 @@ def train_retriever(
 ) -> Written:
     """The decoder retriever of `split`, trained (or resumed) in its directory (an ensemble
     member's split: with its own seed)."""
-    from seqmodel.train import read_metrics, train_and_evaluate
+    from seqmodel.train import train_and_evaluate
+    from seqmodel.trainer import read_metrics
 
     if split.kind == "loo":
         own_leave_one_out(cfg, layout)

@@ -2,7 +2,7 @@
 
 XLA compiles each jitted program once per process; a retriever's train step compiles once per
 length bucket (about 5 s each on the 2-core CPU), and its seed and schedule length are arguments
-of the program (seqmodel.train.step_function). With the cache on, a program compiled once is read
+of the program (seqmodel.train.make_trainer). With the cache on, a program compiled once is read
 back from disk by every later stage and run: the same executable, so the same numbers to the
 digit (docs/BENCHMARKS.md, "End to end"); an ensemble's later seeds and a pipeline's later
 retrievers compile nothing for the length buckets they share with an earlier one.
