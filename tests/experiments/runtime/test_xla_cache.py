@@ -11,7 +11,7 @@ import pytest
 from experiments import cli
 from experiments.runtime import xla_cache
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_cache_dir_follows_the_environment(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from experiments.runtime import hugepages
 from experiments.runtime.xla_cache import switched_off
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_thp_mode_reads_the_bracketed_word(tmp_path):
