@@ -1,5 +1,6 @@
 """STATIC index, constraint interface, baselines, beam scores, one jit-compiled beam search, and
-the hash set that verifies drafted SIDs."""
+the hash set that verifies drafted SIDs; `make_decoder` and `make_label_decoder` are the entry
+points every decode goes through."""
 
 from decoding.baselines import CpuTrie, HashBitmap, PPVApprox, PPVExact
 from decoding.beam_search import BeamResult, beam_search

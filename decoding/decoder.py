@@ -9,15 +9,17 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PyTree
 
-from decoding.beam_search import BeamResult, beams_of, search_levels
+from decoding.beam_search import BeamResult, beam_search
 from decoding.constraints import Constraint
 from decoding.scoring import LevelScoring
 
-# prefill_fn(params, inputs) -> (outputs [B, V], cache); leaves of cache lead with B.
-PrefillFn = Callable[[PyTree, PyTree], tuple[Float[Array, "B V"], PyTree]]
-# step_fn(params, codes [B, K], level, cache) -> (outputs [B, K, V], cache); see `make_decoder`.
+# prefill_fn(params, inputs) -> (outputs [B, V], cache[, context]); leaves of both lead with B.
+PrefillFn = Callable[[PyTree, PyTree], tuple]
+# step_fn(params, codes [B, K], level, cache[, context]) -> (outputs [B, K, V], cache); see
+# `make_decoder`.
 ModelStepFn = Callable[..., tuple[Float[Array, "B K V"], PyTree]]
-DecodeFn = Callable[[PyTree, PyTree], BeamResult]
+# decode(params, inputs, *, constraint=None, scoring=None) -> BeamResult
+DecodeFn = Callable[..., BeamResult]
 Outputs = Literal["logits", "log_probs"]
 _OUTPUTS = ("logits", "log_probs")
 # Largest |logsumexp| of a normalized row: float32 log-softmax is off by ~1e-6 and bfloat16 by
@@ -35,16 +37,23 @@ def make_decoder(
     outputs: Outputs,
     scoring: LevelScoring | None = None,
     unroll: bool = True,
+    out_sharding: Any = None,
 ) -> DecodeFn:
     """A jitted `decode(params, inputs) -> BeamResult` over your model's two functions.
 
     Args:
       prefill_fn: `(params, inputs) -> (out [B, V], cache)`: reads the inputs (e.g. a history of
-        tokens [B, T]) and scores level 0; every cache leaf leads with B.
-      step_fn: `(params, codes [B, K], level, cache) -> (out [B, K, V], cache)`: feeds the codes
-        chosen at level - 1 and scores level `level` (1..L-1; a traced int32 when `unroll` is
-        False). The cache arrives with leaves [B, K, ...], one slice per beam, and the search
-        reorders it as beams are chosen.
+        tokens [B, T]) and scores level 0; every cache leaf leads with B. It may return a third
+        value, `context`: per-row data that every step reads and none changes (an encoder's
+        outputs, a draft head's placeholder logits), leaves [B, ...]; it is passed to each step
+        as it is, never copied per beam nor reordered.
+      step_fn: `(params, codes [B, K], level, cache) -> (out [B, K, V], cache)`, or
+        `(params, codes, level, cache, context)` when the prefill returns a context: feeds the
+        codes chosen at level - 1 and scores level `level` (1..L-1; a traced int32 when
+        `unroll` is False). The cache arrives with leaves [B, K, ...], one slice per beam, and
+        the search reorders it as beams are chosen. `params` is whatever `decode` is given: a
+        tuple of several models' parameters makes an ensemble, a (backbone, head) pair a
+        draft head over a frozen backbone.
       constraint: the allowed SIDs (`StaticConstraint(StaticIndex.build(...))`, a baseline, or
         `Unconstrained`); host arrays are put on the default device once, here (place them
         yourself first, e.g. `decoding.sharding.replicate`, to keep your placement), and are
@@ -52,14 +61,20 @@ def make_decoder(
       beam_size, num_levels: K and L, static shapes of the program.
       outputs: what both functions return, required so that nobody gets it wrong silently:
         "logits" (log-softmax is applied in float32) or "log_probs" (normalized over V; checked
-        on the first call, on the host: ValueError naming the function otherwise).
+        on the first call, by a program of its own (the prefill and one step), on the host:
+        ValueError naming the function otherwise).
       scoring: optional level weights and prefix biases (`decoding.prior_correction`).
       unroll: False runs the sparse levels in a `lax.fori_loop` (shorter compile for large L).
+      out_sharding: optional sharding of the results (e.g. replicated over a mesh, so that
+        every host of a multi-host run can read the beams).
 
     Returns:
-      `decode(params, inputs)`: one jit-compiled program (params and inputs are arguments, never
-      constants; it compiles again only for new shapes or dtypes) returning `BeamResult`. Its
-      `.program` is the `jax.jit` function of (params, inputs, constraint, scoring), e.g. for
+      `decode(params, inputs, *, constraint=None, scoring=None)`: one jit-compiled program
+      (params, inputs, constraint and scoring are arguments, never constants; it compiles again
+      only for new shapes, dtypes or pytree structures) returning `BeamResult`. `constraint`
+      and `scoring` replace the decoder's own for one call (None: the decoder's): per-request
+      sets (`LiveConstraint`), per-row priors (`PrefixPrior`), another scoring. Its `.program`
+      is the `jax.jit` function of (params, inputs, constraint, scoring), e.g. for
       `.lower(...)`.
     """
     if outputs not in _OUTPUTS:
@@ -67,40 +82,68 @@ def make_decoder(
     for name, n in (("beam_size", beam_size), ("num_levels", num_levels)):
         if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
             raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+    K, L = int(beam_size), int(num_levels)
     program = jax.jit(
-        functools.partial(
-            _decode, prefill_fn, step_fn, outputs, int(beam_size), int(num_levels), unroll
-        )
+        functools.partial(_decode, prefill_fn, step_fn, outputs, K, L, unroll),
+        out_shardings=out_sharding,
     )
-    return _Decoder(
-        program, constraint, scoring, check=outputs == "log_probs", fns=(prefill_fn, step_fn)
-    )
+    check = None
+    if outputs == "log_probs":
+        check = jax.jit(functools.partial(_deviations, prefill_fn, step_fn, K, L))
+    return _Decoder(program, constraint, scoring, check=check, fns=(prefill_fn, step_fn))
 
 
 class _Decoder:
     """The callable `make_decoder` returns; it holds the device copies of constraint and scoring."""
 
-    def __init__(self, program, constraint: Constraint, scoring, *, check: bool, fns: tuple):
+    def __init__(self, program, constraint: Constraint, scoring, *, check, fns: tuple):
         self.program = program  # the jax.jit-compiled function of (params, inputs, ...)
         # Kept as given: a CpuTrie's host trie lives only as long as the object built with it.
         self.constraint = constraint
         # On device once, not transferred from the host again on every call.
         self._placed = jax.tree.map(_on_device, (constraint, scoring))
-        self._unchecked = check
+        self._check = check  # the normalization check of outputs="log_probs", until it passed
         self._fns = fns
 
-    def __call__(self, params: PyTree, inputs: PyTree) -> BeamResult:
-        result, deviation = self.program(params, inputs, *self._placed)
-        # The first concrete call pays one device-to-host sync to check normalization; under an
-        # outer jit the deviations are tracers, so the check waits for a concrete call.
-        if self._unchecked and not isinstance(deviation, jax.core.Tracer):
-            _raise_unless_normalized(jax.device_get(deviation), self._fns)
-            self._unchecked = False
+    def __call__(
+        self,
+        params: PyTree,
+        inputs: PyTree,
+        *,
+        constraint: Constraint | None = None,
+        scoring: LevelScoring | None = None,
+    ) -> BeamResult:
+        own_constraint, own_scoring = self._placed
+        result = self.program(
+            params,
+            inputs,
+            own_constraint if constraint is None else constraint,
+            own_scoring if scoring is None else scoring,
+        )
+        # The first concrete call checks normalization in a program of its own (prefill and one
+        # step, once), so the decode program holds nothing but the decode: its beams are those
+        # of the prefill and the search alone, to the last bit. Under an outer jit the result is
+        # a tracer, so the check waits for a concrete call.
+        if self._check is not None and not isinstance(result.scores, jax.core.Tracer):
+            _raise_unless_normalized(jax.device_get(self._check(params, inputs)), self._fns)
+            self._check = None
         return result
 
 
 def _on_device(x: Any) -> Any:
     return x if isinstance(x, jax.Array) else jax.device_put(x)
+
+
+def _prefill(prefill_fn: PrefillFn, params: PyTree, inputs: PyTree) -> tuple:
+    """(out, cache, context tuple) of the prefill, whichever of its two forms it returns."""
+    prefilled = prefill_fn(params, inputs)
+    if not isinstance(prefilled, tuple) or len(prefilled) not in (2, 3):
+        raise ValueError(
+            f"prefill_fn {_name(prefill_fn)}: expected (out, cache) or (out, cache, context), "
+            f"got {type(prefilled).__name__}"
+        )
+    out_BV, cache, *context = prefilled
+    return out_BV, cache, tuple(context)
 
 
 def _decode(
@@ -114,44 +157,35 @@ def _decode(
     inputs: PyTree,
     constraint: Constraint,
     scoring: LevelScoring | None,
-) -> tuple[BeamResult, Float[Array, " 2"]]:
-    """Prefill, then the beam search; also max |logsumexp| of the prefill's and steps' outputs."""
+) -> BeamResult:
+    """Prefill, then the beam search over the steps."""
     V = constraint.vocab_size
-    out_BV, cache = prefill_fn(params, inputs)
+    out_BV, cache, context = _prefill(prefill_fn, params, inputs)
     if jnp.ndim(out_BV) != 2 or out_BV.shape[1] != V:
         raise ValueError(
             f"prefill_fn {_name(prefill_fn)}: returned shape {jnp.shape(out_BV)}, "
             f"expected [B, V] with V={V} (the constraint's vocab_size)"
         )
-    B = out_BV.shape[0]
+    # Log-probs are passed on unchanged, so the beams are bit-identical to calling beam_search
+    # directly; logits are normalized in float32.
     if outputs == "logits":
-        lp_BV = jax.nn.log_softmax(out_BV.astype(jnp.float32), axis=-1)
-        prefill_dev = jnp.zeros((), jnp.float32)
-    else:
-        # Passed on unchanged, so the beams are bit-identical to calling beam_search directly.
-        lp_BV, prefill_dev = out_BV, _deviation(out_BV)
-        # The steps' deviation rides in the cache (leaves lead with B): the search carries it
-        # through the levels (a lax loop too) and returns it with its final carry.
-        cache = (cache, jnp.zeros((B,), jnp.float32))
+        out_BV = jax.nn.log_softmax(out_BV.astype(jnp.float32), axis=-1)
 
     def step(codes, level, cache):
-        if outputs == "log_probs":
-            cache, dev_BK = cache
-        out_BKV, cache = step_fn(params, codes, level, cache)
+        # The context stays outside the search's cache: per row, shared by every beam.
+        out_BKV, cache = step_fn(params, codes, level, cache, *context)
         if jnp.shape(out_BKV) != (*codes.shape, V):
             raise ValueError(
                 f"step_fn {_name(step_fn)}: returned shape {jnp.shape(out_BKV)}, expected "
                 f"[B, K, V] = {(*codes.shape, V)}"
             )
         if outputs == "logits":
-            return jax.nn.log_softmax(out_BKV.astype(jnp.float32), axis=-1), cache
-        # One scalar for all beams: the search reorders [B, K] leaves by parent beam, and only
-        # a value equal across beams survives that reordering as a maximum over all of them.
-        return out_BKV, (cache, jnp.maximum(dev_BK, _deviation(out_BKV)))
+            out_BKV = jax.nn.log_softmax(out_BKV.astype(jnp.float32), axis=-1)
+        return out_BKV, cache
 
-    carry = search_levels(
+    return beam_search(
         step,
-        lp_BV,
+        out_BV,
         cache,
         constraint,
         beam_size=beam_size,
@@ -159,8 +193,28 @@ def _decode(
         unroll=unroll,
         scoring=scoring,
     )
-    step_dev = carry.cache[1].max() if outputs == "log_probs" else jnp.zeros((), jnp.float32)
-    return beams_of(carry), jnp.stack([prefill_dev, step_dev])
+
+
+def _deviations(
+    prefill_fn: PrefillFn,
+    step_fn: ModelStepFn,
+    beam_size: int,
+    num_levels: int,
+    params: PyTree,
+    inputs: PyTree,
+) -> Float[Array, " 2"]:
+    """max |logsumexp| of the prefill's outputs and of one step's (0 where there is none)."""
+    out_BV, cache, context = _prefill(prefill_fn, params, inputs)
+    prefill_dev = _deviation(out_BV)
+    if num_levels == 1:
+        return jnp.stack([prefill_dev, jnp.zeros((), jnp.float32)])
+    # Level 1 as the search feeds it (K beams, the cache tiled per beam); any codes will do,
+    # each row's best first code is as good as another.
+    B = out_BV.shape[0]
+    codes = jnp.broadcast_to(jnp.argmax(out_BV, axis=-1)[:, None], (B, beam_size))
+    cache = jax.tree.map(lambda x: jnp.repeat(x[:, None], beam_size, axis=1), cache)
+    out_BKV, _ = step_fn(params, codes.astype(jnp.int32), 1, cache, *context)
+    return jnp.stack([prefill_dev, _deviation(out_BKV)])
 
 
 def _deviation(out: Float[Array, "..."]) -> Float[Array, ""]:

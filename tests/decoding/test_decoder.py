@@ -118,8 +118,12 @@ def test_compiles_once_and_takes_params_as_arguments(outputs):
     step = step_logits if outputs == "logits" else step_log_probs
     decode = _decoder(prefill, step, outputs)
     first = decode(_params(0), HISTORY)
+    # One trace for the decode; "log_probs" adds one for its normalization check, run once.
+    assert len(traces) == (1 if outputs == "logits" else 2)
+    traced = len(traces)
     second = decode(_params(1), HISTORY)  # new values, same shapes: no new compilation
-    assert len(traces) == 1, f"traced {len(traces)} times for one shape"
+    assert len(traces) == traced, f"traced {len(traces) - traced} more times for one shape"
+    assert decode.program._cache_size() == 1
     fresh = _decoder(prefill, step, outputs)(_params(1), HISTORY)
     np.testing.assert_array_equal(second.tokens, fresh.tokens)
     np.testing.assert_array_equal(second.scores, fresh.scores)
@@ -149,3 +153,110 @@ def test_membership_and_baselines_are_exported():
         assert getattr(decoding, name) is getattr(baselines, name)
     for name in ("contains", "make_decoder", "CpuTrie", "PPVExact", "PPVApprox", "HashBitmap"):
         assert name in decoding.__all__
+
+
+def test_a_call_swaps_constraint_and_scoring_without_recompiling():
+    from decoding import LevelScoring, Unconstrained
+
+    params = _params(0)
+    decode = _decoder(prefill_log_probs, step_log_probs, "log_probs")
+    other = StaticConstraint(StaticIndex.build(SIDS[:7], vocab_size=V, capacity=_capacity()))
+    rng = np.random.default_rng(1)
+    scoring = LevelScoring.build(rng.uniform(0.5, 1, L), rng.normal(size=V))
+    got = decode(params, HISTORY, constraint=other, scoring=scoring)
+    want = make_decoder(
+        prefill_log_probs,
+        step_log_probs,
+        other,
+        beam_size=K,
+        num_levels=L,
+        outputs="log_probs",
+        scoring=scoring,
+    )(params, HISTORY)
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    np.testing.assert_array_equal(got.scores, want.scores)
+    allowed = set(map(tuple, SIDS[:7].tolist()))
+    assert all(tuple(s) in allowed for s in np.asarray(got.tokens)[np.asarray(got.valid)].tolist())
+    # Another set of the same capacity and another scoring: the same program.
+    scoring2 = LevelScoring.build(rng.uniform(0.5, 1, L), rng.normal(size=V))
+    third = StaticConstraint(StaticIndex.build(SIDS[7:], vocab_size=V, capacity=_capacity()))
+    decode(params, HISTORY, constraint=third, scoring=scoring2)
+    assert decode.program._cache_size() == 1
+    # None: the decoder's own constraint again (a new structure, so a second program).
+    own = decode(params, HISTORY)
+    plain = _decoder(prefill_log_probs, step_log_probs, "log_probs")(params, HISTORY)
+    np.testing.assert_array_equal(own.tokens, plain.tokens)
+    unconstrained = decode(params, HISTORY, constraint=Unconstrained(V, L))
+    assert decode.program._cache_size() == 3
+    assert np.asarray(unconstrained.valid).all()
+
+
+def _capacity():
+    return StaticIndex.build(SIDS, vocab_size=V).capacity
+
+
+def test_a_prefill_context_reaches_every_step_unreordered():
+    # The same model twice: once carrying a per-row table in its cache (tiled per beam and
+    # reordered with the beams), once handing it to the steps as the prefill's context.
+    params = _params(0)
+    bias_BLV = jax.random.normal(jax.random.key(5), (B, L, V))
+
+    def prefill_cached(params, inputs):
+        history, bias = inputs
+        lp, cache = prefill_log_probs(params, history)
+        return jax.nn.log_softmax(lp + bias[:, 0]), {**cache, "bias": bias}
+
+    def step_cached(params, codes, level, cache):
+        lp, new = step_log_probs(params, codes, level, {"h": cache["h"]})
+        return jax.nn.log_softmax(lp + cache["bias"][:, :, level]), {**new, "bias": cache["bias"]}
+
+    def prefill_context(params, inputs):
+        history, bias = inputs
+        lp, cache = prefill_log_probs(params, history)
+        return jax.nn.log_softmax(lp + bias[:, 0]), cache, bias
+
+    def step_context(params, codes, level, cache, bias):
+        assert bias.shape == (B, L, V), "the context must reach the step as the prefill made it"
+        lp, cache = step_log_probs(params, codes, level, cache)
+        return jax.nn.log_softmax(lp + bias[:, None, level]), cache
+
+    inputs = (HISTORY, bias_BLV)
+    want = _decoder(prefill_cached, step_cached, "log_probs")(params, inputs)
+    for unroll in (True, False):
+        got = _decoder(prefill_context, step_context, "log_probs", unroll=unroll)(params, inputs)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_allclose(got.scores, want.scores, rtol=1e-6)
+
+
+def test_a_tuple_of_params_decodes_an_ensemble():
+    members = (_params(0), _params(1))
+
+    def prefill(params, history):
+        parts = [prefill_log_probs(p, history) for p in params]
+        return jax.nn.log_softmax(sum(o for o, _ in parts) / 2), tuple(c for _, c in parts)
+
+    def step(params, codes, level, caches):
+        parts = [step_log_probs(p, codes, level, c) for p, c in zip(params, caches, strict=True)]
+        return jax.nn.log_softmax(sum(o for o, _ in parts) / 2), tuple(c for _, c in parts)
+
+    decode = _decoder(prefill, step, "log_probs")
+    got = decode(members, HISTORY)
+    decode((_params(2), _params(3)), HISTORY)  # new members, same shapes: the same program
+    assert decode.program._cache_size() == 1
+    alone = [_decoder(prefill_log_probs, step_log_probs, "log_probs")(p, HISTORY) for p in members]
+    assert not all(np.array_equal(got.scores, a.scores) for a in alone)
+
+
+def test_prefill_must_return_out_and_cache():
+    def bare(params, history):
+        return prefill_log_probs(params, history)[0]
+
+    with pytest.raises(ValueError, match=r"prefill_fn .*bare.*\(out, cache\)"):
+        _decoder(bare, step_log_probs, "log_probs")(_params(0), HISTORY)
+
+
+def test_out_sharding_places_the_beams():
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    decode = _decoder(prefill_log_probs, step_log_probs, "log_probs", out_sharding=sharding)
+    res = decode(_params(0), HISTORY)
+    assert res.tokens.sharding == sharding and res.scores.sharding == sharding
