@@ -1,9 +1,12 @@
-"""A trained retriever at work: loading its best checkpoint, prefill + beam search decoding, and
-validation recall; every jitted function takes the parameters as an argument."""
+"""A trained retriever at work: loading its best checkpoint, its decoders (one model or an
+ensemble, on `decoding.make_decoder`), and validation recall; parameters are always arguments of
+the compiled programs."""
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -14,13 +17,178 @@ from jaxtyping import Array, Int, PyTree
 
 from data.errors import ArtifactError
 from data.pipeline import padded_batches
-from decoding import BeamResult, Constraint, LevelScoring, PrefixPrior, PrefixTable, beam_search
+from decoding import (
+    BeamResult,
+    Constraint,
+    LevelScoring,
+    PrefixPrior,
+    PrefixTable,
+    make_decoder,
+)
 from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import ENSEMBLE_RULES, SeqModelConfig
 from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE
 from seqmodel.state import Retriever, abstract_train_state, eval_params
 from seqmodel.tokens import TokenSpace
+
+
+@dataclasses.dataclass(frozen=True)
+class Retrieval:
+    """A `decoding.make_decoder` decoder with its parameters bound: `run(tokens [B, T])`.
+
+    `decoder(params, tokens, *, constraint=None, scoring=None)` is the decoder itself (e.g. for
+    a training loop's new parameters); `params` are the bound ones, on the device.
+    """
+
+    decoder: Callable[..., BeamResult]
+    params: PyTree
+
+    def __call__(
+        self,
+        tokens: Any,
+        *,
+        constraint: Constraint | None = None,
+        scoring: LevelScoring | None = None,
+    ) -> BeamResult:
+        """Beams of `tokens` [B, T] (host or device); `constraint` and `scoring` replace the
+        decoder's own for this call (None: its own)."""
+        if not isinstance(tokens, jax.Array):
+            tokens = jax.device_put(np.asarray(tokens))
+        return self.decoder(self.params, tokens, constraint=constraint, scoring=scoring)
+
+
+def _model_fns(graphdef: nnx.GraphDef) -> tuple[Callable, Callable]:
+    """(prefill_fn, step_fn) of `make_decoder` over one retriever's parameters."""
+
+    def prefill(params, tokens):
+        return nnx.merge(graphdef, params).prefill(tokens)
+
+    def step(params, codes, level, cache):
+        return nnx.merge(graphdef, params).step(codes, level, cache)
+
+    return prefill, step
+
+
+def _ensemble_fns(graphdefs: tuple, rule: str) -> tuple[Callable, Callable]:
+    """(prefill_fn, step_fn) of `make_decoder` over a tuple of retrievers' parameters; see
+    `ensemble_decoder` for the rules."""
+
+    def mean_log_probs(parts):
+        return jax.nn.log_softmax(sum(parts) / len(parts), axis=-1)
+
+    def mixture(parts, prefix_lp):
+        """(the level's increment [..., V], each member's log-probs [..., M, V]) from the members'
+        outputs and their log P_i(prefix) [..., M]."""
+        lp = jax.nn.log_softmax(jnp.stack(parts, axis=-2), axis=-1)
+        joint = jax.nn.logsumexp(prefix_lp[..., None] + lp, axis=-2)
+        return joint - jax.nn.logsumexp(prefix_lp, axis=-1)[..., None], lp
+
+    def members(params):
+        return [nnx.merge(g, p) for g, p in zip(graphdefs, params, strict=True)]
+
+    def prefill(params, tokens):
+        prefilled = [m.prefill(tokens) for m in members(params)]
+        caches = tuple(c for _, c in prefilled)
+        parts = [lp for lp, _ in prefilled]
+        if rule == "product":
+            return mean_log_probs(parts), caches
+        # The cache also carries, per beam, each member's log P_i(prefix) [M] and its last
+        # level's log-probs [M, V], so the code chosen there can be added at the next step.
+        prefix_lp = jnp.zeros((tokens.shape[0], len(parts)), jnp.float32)
+        first, lp = mixture(parts, prefix_lp)
+        return first, (caches, prefix_lp, lp)
+
+    def step(params, codes, level, carried):
+        if rule == "product":
+            outs = [m.step(codes, level, c) for m, c in zip(members(params), carried, strict=True)]
+            return mean_log_probs([o[0] for o in outs]), tuple(o[1] for o in outs)
+        caches, prefix_lp, lp = carried
+        # The cache was reordered with the beams, so lp[:, k] is beam k's parent's last level:
+        # the code just chosen extends that parent's prefix.
+        idx = jnp.broadcast_to(codes[..., None, None], (*lp.shape[:-1], 1))
+        prefix_lp = prefix_lp + jnp.take_along_axis(lp, idx, axis=-1)[..., 0]
+        outs = [m.step(codes, level, c) for m, c in zip(members(params), caches, strict=True)]
+        inc, lp = mixture([o[0] for o in outs], prefix_lp)
+        return inc, (tuple(o[1] for o in outs), prefix_lp, lp)
+
+    return prefill, step
+
+
+def retrieval_fn(
+    model: Retriever | list[Retriever],
+    constraint: Constraint,
+    *,
+    beam_size: int,
+    scoring: LevelScoring | None = None,
+    rule: str = "product",
+    out_sharding: Any = None,
+) -> Retrieval:
+    """A jitted `tokens [B, T] -> BeamResult` (a `Retrieval`); beams are ranked by `scoring`
+    when given (decoding.scoring), else by their joint log-probability. A list of several
+    models decodes their ensemble (`ensemble_decoder`, by `rule`).
+
+    The model's parameters are moved to the device once, here; they, the constraint and the
+    scoring are arguments of the compiled function, never constants baked into it.
+    """
+    models = model if isinstance(model, list) else [model]
+    if len(models) > 1:
+        return ensemble_decoder(
+            models,
+            constraint,
+            beam_size=beam_size,
+            rule=rule,
+            scoring=scoring,
+            out_sharding=out_sharding,
+        )
+    graphdef, params = nnx.split(models[0])
+    decoder = make_decoder(
+        *_model_fns(graphdef),
+        constraint,
+        beam_size=beam_size,
+        num_levels=models[0].space.num_levels,
+        outputs="log_probs",
+        scoring=scoring,
+        out_sharding=out_sharding,
+    )
+    return Retrieval(decoder, jax.device_put(params))
+
+
+def ensemble_decoder(
+    models: list[Retriever],
+    constraint: Constraint,
+    *,
+    beam_size: int,
+    rule: str = "product",
+    scoring: LevelScoring | None = None,
+    out_sharding: Any = None,
+) -> Retrieval:
+    """`retrieval_fn` over the ensemble of `models` (one member too: its log-probs are then
+    renormalised once more); `scoring` is a decoding.LevelScoring, or None for the ensemble's
+    joint log-probability.
+
+    rule "product": each level's log-probabilities averaged over the members and renormalised
+    (a geometric mean per level). rule "mixture": a beam scores log mean_i P_i(prefix), the
+    members' mean joint probability of its prefix, exactly: every beam carries each member's
+    log P_i(prefix) and the level's increment is logsumexp_i(log P_i(prefix) + log p_i(code |
+    prefix)) - logsumexp_i(log P_i(prefix)), which sums over the levels to the mixture's
+    log-probability of the whole SID.
+
+    The members' parameters are one tuple, put on the device once, here.
+    """
+    if rule not in ENSEMBLE_RULES:
+        raise ValueError(f"ensemble rule {rule!r}: one of {ENSEMBLE_RULES}")
+    graphdefs, params = zip(*(nnx.split(m) for m in models), strict=True)
+    decoder = make_decoder(
+        *_ensemble_fns(graphdefs, rule),
+        constraint,
+        beam_size=beam_size,
+        num_levels=models[0].space.num_levels,
+        outputs="log_probs",
+        scoring=scoring,
+        out_sharding=out_sharding,
+    )
+    return Retrieval(decoder, jax.device_put(params))
 
 
 def decode(
@@ -31,18 +199,16 @@ def decode(
     beam_size: int,
     scoring: LevelScoring | None = None,
 ) -> BeamResult:
-    """Prefill + beam search over the model's step function (call inside jax.jit)."""
-    model = nnx.merge(graphdef, params)
-    log_probs, cache = model.prefill(tokens)
-    return beam_search(
-        model.step,
-        log_probs,
-        cache,
+    """`retrieval_fn`'s decode inside a caller's own jax.jit (its program is inlined there)."""
+    decoder = make_decoder(
+        *_model_fns(graphdef),
         constraint,
         beam_size=beam_size,
-        num_levels=model.space.num_levels,
+        num_levels=nnx.merge(graphdef, params).space.num_levels,
+        outputs="log_probs",
         scoring=scoring,
     )
+    return decoder(params, tokens)
 
 
 def prior_retrieval_fn(
@@ -56,40 +222,23 @@ def prior_retrieval_fn(
     rule: str = "product",
 ) -> Callable[[np.ndarray, np.ndarray], BeamResult]:
     """`retrieval_fn` with a per-row prior over the items of `table` (decoding.prefix_prior): a
-    jitted `(tokens [B, T], bias [B, P]) -> BeamResult`, where bias holds each row's
+    `(tokens [B, T], bias [B, P]) -> BeamResult`, where bias holds each row's
     log p(node | parent) (`PrefixTable.conditional_log_prior`), added `weight` times. A list of
-    several models decodes their ensemble (`ensemble_decoder`, by `rule`)."""
+    several models decodes their ensemble (`ensemble_decoder`, by `rule`). Each call's prior
+    is the decoder's constraint for that call."""
     table.check_vocab(constraint.vocab_size)
-    models = model if isinstance(model, list) else [model]
-    constraint, scoring = jax.device_put((constraint, scoring))
+    constraint = jax.device_put(constraint)
+    run = retrieval_fn(model, constraint, beam_size=beam_size, scoring=scoring, rule=rule)
     child, w = jax.device_put((table.child, np.float32(weight)))
-    if len(models) > 1:
-        ensemble = ensemble_decoder(models, beam_size=beam_size, rule=rule)
 
-        def fn(bias, tokens):
-            return ensemble(
-                tokens, PrefixPrior(constraint, child, jax.device_put(bias), w), scoring
-            )
-
-    else:
-        graphdef, params = nnx.split(models[0])
-        params = jax.device_put(params)
-
-        def one(p, c, s, child, w, bias, t):
-            return decode(graphdef, p, t, PrefixPrior(c, child, bias, w), beam_size, s)
-
-        jitted = jax.jit(one)
-
-        def fn(bias, tokens):
-            return jitted(params, constraint, scoring, child, w, bias, tokens)
-
-    def run(tokens: np.ndarray, bias: np.ndarray) -> BeamResult:
+    def decode_with_prior(tokens: np.ndarray, bias: np.ndarray) -> BeamResult:
         if np.shape(bias) != (len(tokens), table.num_nodes):
             want = (len(tokens), table.num_nodes)
             raise ValueError(f"bias: expected {list(want)}, got {list(np.shape(bias))}")
-        return fn(np.asarray(bias, np.float32), tokens)
+        bias = jax.device_put(np.asarray(bias, np.float32))
+        return run(tokens, constraint=PrefixPrior(constraint, child, bias, w))
 
-    return run
+    return decode_with_prior
 
 
 def recall_at_k(
@@ -109,82 +258,6 @@ def recall_at_k(
         same = (beams == targets[:, None, :]).all(-1)
         hits.append((same & valid).any(-1))
     return float(np.concatenate(hits)[: len(tokens)].mean())
-
-
-def ensemble_decoder(
-    models: list[Retriever], *, beam_size: int, rule: str = "product"
-) -> Callable[[np.ndarray, Constraint, LevelScoring | None], BeamResult]:
-    """A `(tokens, constraint, scoring) -> BeamResult` over the ensemble of `models`; `scoring`
-    is a decoding.LevelScoring, or None for the ensemble's joint log-probability.
-
-    rule "product": each level's log-probabilities averaged over the members and renormalised
-    (a geometric mean per level). rule "mixture": a beam scores log mean_i P_i(prefix), the
-    members' mean joint probability of its prefix, exactly: every beam carries each member's
-    log P_i(prefix) and the level's increment is logsumexp_i(log P_i(prefix) + log p_i(code |
-    prefix)) - logsumexp_i(log P_i(prefix)), which sums over the levels to the mixture's
-    log-probability of the whole SID.
-
-    The models' parameters are put on the device once, here; they and the constraint are
-    arguments of the compiled function, not constants inside it, so one decoder serves every
-    constraint (put the constraint on the device once too, with `jax.device_put`, when it is
-    reused)."""
-    if rule not in ENSEMBLE_RULES:
-        raise ValueError(f"ensemble rule {rule!r}: one of {ENSEMBLE_RULES}")
-    num_levels = models[0].space.num_levels
-    graphdefs, params = zip(*(nnx.split(m) for m in models), strict=True)
-    params = jax.device_put(params)
-
-    def mean_log_probs(parts):
-        return jax.nn.log_softmax(sum(parts) / len(parts), axis=-1)
-
-    def mixture(parts, prefix_lp):
-        """(the level's increment [..., V], each member's log-probs [..., M, V]) from the members'
-        outputs and their log P_i(prefix) [..., M]."""
-        lp = jax.nn.log_softmax(jnp.stack(parts, axis=-2), axis=-1)
-        joint = jax.nn.logsumexp(prefix_lp[..., None] + lp, axis=-2)
-        return joint - jax.nn.logsumexp(prefix_lp, axis=-1)[..., None], lp
-
-    @jax.jit
-    def run(params, constraint, tokens, scoring) -> BeamResult:
-        ms = [nnx.merge(g, p) for g, p in zip(graphdefs, params, strict=True)]
-        prefilled = [m.prefill(tokens) for m in ms]
-        caches = tuple(c for _, c in prefilled)
-        parts = [lp for lp, _ in prefilled]
-        if rule == "product":
-            first = mean_log_probs(parts)
-
-            def step(codes, level, caches):
-                outs = [m.step(codes, level, c) for m, c in zip(ms, caches, strict=True)]
-                return mean_log_probs([o[0] for o in outs]), tuple(o[1] for o in outs)
-
-        else:
-            # The cache also carries, per beam, each member's log P_i(prefix) [M] and its last
-            # level's log-probs [M, V], so the code chosen there can be added at the next step.
-            prefix_lp = jnp.zeros((tokens.shape[0], len(ms)), jnp.float32)
-            first, lp = mixture(parts, prefix_lp)
-            caches = (caches, prefix_lp, lp)
-
-            def step(codes, level, carried):
-                caches, prefix_lp, lp = carried
-                idx = jnp.broadcast_to(codes[..., None, None], (*lp.shape[:-1], 1))
-                prefix_lp = prefix_lp + jnp.take_along_axis(lp, idx, axis=-1)[..., 0]
-                outs = [m.step(codes, level, c) for m, c in zip(ms, caches, strict=True)]
-                inc, lp = mixture([o[0] for o in outs], prefix_lp)
-                return inc, (tuple(o[1] for o in outs), prefix_lp, lp)
-
-        return beam_search(
-            step,
-            first,
-            caches,
-            constraint,
-            beam_size=beam_size,
-            num_levels=num_levels,
-            scoring=scoring,
-        )
-
-    return lambda tokens, constraint, scoring: run(
-        params, constraint, jax.device_put(tokens), scoring
-    )
 
 
 def read_description(
@@ -216,22 +289,3 @@ def load_retriever(retriever_dir: Path | str) -> Retriever:
     finally:
         ckpts.close()
     return nnx.merge(graphdef, eval_params(state))
-
-
-def retrieval_fn(
-    model: Retriever, constraint: Constraint, *, beam_size: int, scoring: LevelScoring | None = None
-) -> Callable[[np.ndarray], BeamResult]:
-    """A jitted `tokens [B, T] -> BeamResult`; beams are ranked by `scoring` when given
-    (decoding.scoring), else by their joint log-probability.
-
-    The model's parameters, the constraint and the scoring are arguments of the compiled
-    function (moved to the device once, here), never constants baked into it.
-    """
-    graphdef, params = nnx.split(model)
-    params, constraint, scoring = jax.device_put((params, constraint, scoring))
-    fn = jax.jit(lambda p, c, s, t: decode(graphdef, p, t, c, beam_size, s))
-
-    def run(tokens: np.ndarray) -> BeamResult:
-        return fn(params, constraint, scoring, jax.device_put(np.asarray(tokens)))
-
-    return run

@@ -5,9 +5,7 @@ the first retriever loses its Recall@1, level by level."""
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from data import atomic
 from data.errors import ArgumentError
@@ -24,7 +22,7 @@ from experiments.evaluation import metrics
 from experiments.evaluation.retrieval import evaluated_inputs, load_inputs
 from experiments.pipeline.artifacts import load_retriever
 from experiments.pipeline.layout import RunLayout, Split
-from seqmodel.inference import ensemble_decoder
+from seqmodel.inference import ensemble_decoder, retrieval_fn
 from seqmodel.state import Retriever
 
 
@@ -35,40 +33,29 @@ def level_accuracy(
     cold_sids: np.ndarray,
     batch_size: int,
 ) -> list[dict]:
-    """Teacher-forced: per level, how often the true code scores best among the cold codes
-    allowed under the true prefix, given every earlier level was right."""
-    L = model.space.num_levels
-    graphdef, params = nnx.split(model)
-
-    @jax.jit
-    def all_levels(params, tokens, tsids):
-        m = nnx.merge(graphdef, params)
-        lp, cache = m.prefill(tokens)
-        out = [lp]
-        for level in range(1, L):
-            # One beam per row: the step function takes [B, K] codes and a [B, K, ...] cache.
-            one_beam = jax.tree.map(lambda a: a[:, None], cache)
-            lp, cache = m.step(tsids[:, level - 1 : level], level, one_beam)
-            cache = jax.tree.map(lambda a: a[:, 0], cache)
-            out.append(lp[:, 0])
-        return jnp.stack(out, 1)
-
-    params = jax.device_put(params)
-    lp = np.concatenate(
+    """Per level, how often the true code scores best among the cold codes allowed under the
+    true prefix, given every earlier level was right (what teacher forcing measures)."""
+    V, L = model.space.codebook_size, model.space.num_levels
+    # One beam under the cold set takes, at each level, the best allowed code under its own
+    # prefix: as long as every earlier pick was the true code, that is the true prefix, so its
+    # picks answer the question level by level (ties go to the lower code, as argmax's do).
+    greedy = retrieval_fn(
+        model, StaticConstraint(StaticIndex.build(cold_sids, vocab_size=V)), beam_size=1
+    )
+    picked = np.concatenate(
         [
-            np.asarray(all_levels(params, *jax.device_put((tokens, tsids))))
-            for tokens, tsids in padded_batches(inputs, target_sids, batch_size=batch_size)
+            np.asarray(greedy(tokens).tokens[:, 0])
+            for tokens in padded_batches(inputs, batch_size=batch_size)
         ]
     )[: len(target_sids)]
     still = np.ones(len(target_sids), bool)
     rows = []
     for level in range(L):
-        right, allowed = np.zeros(len(still), bool), np.zeros(len(still))
+        right = picked[:, level] == target_sids[:, level]
+        allowed = np.zeros(len(still))
         for u in np.nonzero(still)[0]:
             under = (cold_sids[:, :level] == target_sids[u, :level]).all(1)
-            codes = np.unique(cold_sids[under, level])
-            allowed[u] = len(codes)
-            right[u] = codes[np.argmax(lp[u, level, codes])] == target_sids[u, level]
+            allowed[u] = len(np.unique(cold_sids[under, level]))
         rows.append(
             {
                 "level": level,
@@ -115,9 +102,9 @@ def diagnose(
     def score(ms, scoring=None):
         key = tuple(map(id, ms))
         if key not in decoders:
-            decoders[key] = ensemble_decoder(ms, beam_size=beam_size)
+            decoders[key] = ensemble_decoder(ms, constraint, beam_size=beam_size)
         dec = decoders[key]
-        methods = {"static": lambda tokens: dec(tokens, constraint, scoring)}
+        methods = {"static": lambda tokens: dec(tokens, scoring=scoring)}
         decoded = evaluate.decode_interleaved(
             methods, inputs, lookup, batch_size=batch_size, desc="diagnose"
         )

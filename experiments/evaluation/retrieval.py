@@ -1,5 +1,6 @@
 """Cold-start and leave-one-out evaluations of a trained retriever, written to WORKDIR/results/."""
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -52,13 +53,8 @@ from experiments.pipeline.artifacts import (
 )
 from experiments.pipeline.layout import RunLayout, Split
 from seqmodel.files import MODEL_FILE
-from seqmodel.inference import (
-    ensemble_decoder,
-    prior_retrieval_fn,
-    read_description,
-    retrieval_fn,
-)
 from seqmodel.inference import load_retriever as load_retriever_dir
+from seqmodel.inference import prior_retrieval_fn, read_description, retrieval_fn
 from seqmodel.state import Retriever
 from seqmodel.tokens import encode_histories, sid_tokens
 from seqmodel.train import inputs_fingerprint
@@ -73,20 +69,17 @@ def load_inputs(cfg: Config, layout: RunLayout) -> tuple[InteractionData, np.nda
 def _decoders(
     model: Retriever | list[Retriever], methods: dict, beam_size: int, rule: str = "product"
 ) -> dict:
-    """One jitted decode per `name: (constraint, scoring)`; each index is moved to the device once,
-    not per batch. A list of several models decodes their ensemble (`ensemble_decoder`, by
-    `rule`)."""
-    models = model if isinstance(model, list) else [model]
-    if len(models) == 1:
-        return {
-            name: retrieval_fn(models[0], jax.device_put(c), beam_size=beam_size, scoring=scoring)
-            for name, (c, scoring) in methods.items()
-        }
-    decode = ensemble_decoder(models, beam_size=beam_size, rule=rule)  # parameters placed once
-    placed = {name: (jax.device_put(c), scoring) for name, (c, scoring) in methods.items()}
+    """One decode per `name: (constraint, scoring)`, all on one jitted decoder whose parameters
+    and indexes are moved to the device once, not per batch. A list of several models decodes
+    their ensemble (`retrieval_fn`, by `rule`)."""
+    placed = {}  # one device copy per index, however many methods use it
+    for c, _ in methods.values():
+        placed.setdefault(id(c), jax.device_put(c))
+    first = next(iter(methods.values()))[0]
+    run = retrieval_fn(model, placed[id(first)], beam_size=beam_size, rule=rule)
     return {
-        name: lambda tokens, c=c, scoring=scoring: decode(tokens, c, scoring)
-        for name, (c, scoring) in placed.items()
+        name: functools.partial(run, constraint=placed[id(c)], scoring=scoring)
+        for name, (c, scoring) in methods.items()
     }
 
 
@@ -462,12 +455,13 @@ def evaluate_warm(
     K = max(cfg.eval.beam_size, 10)  # Recall@10 needs at least 10 beams
     index = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.decode.dense_levels)
     scoring = warm_scoring(cfg.eval, split.train, sids, V)
+    static = StaticConstraint(index)
     constraints = {
         "unconstrained": (Unconstrained(V, L), scoring),
-        "static_all_items": (StaticConstraint(index), scoring),
+        "static_all_items": (static, scoring),
     }
     if scoring is not None:  # the plain joint log-probability beside (TIGER's ranking rule)
-        constraints["static_plain"] = (StaticConstraint(index), None)
+        constraints["static_plain"] = (static, None)
     rule = cfg.eval.warm_ensemble_rule
     decoders = _decoders([model, *members], constraints, K, rule)
     users = _sample_users(len(split.test_targets), cfg.eval)
@@ -476,7 +470,7 @@ def evaluate_warm(
     if cfg.eval.warm_cooc_weight:
         train = loo_training(ds.histories, len(sids))
         decoders[COOCCURRENCE_PRIOR] = cooccurrence_prior_method(
-            cfg.eval, [model, *members], sids, StaticConstraint(index), scoring, train, K
+            cfg.eval, [model, *members], sids, static, scoring, train, K
         )
         row_inputs[COOCCURRENCE_PRIOR] = histories.items[histories.offsets[1:] - 1]
     decoded = evaluate.decode_interleaved(

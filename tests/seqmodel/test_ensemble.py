@@ -33,7 +33,7 @@ def histories(tiny_cfg):
 
 def _scores_by_sid(models, histories, rule):
     """{(row, SID): score} of a full-width unconstrained beam search of the ensemble."""
-    res = ensemble_decoder(models, beam_size=ALL, rule=rule)(histories, Unconstrained(V, L), None)
+    res = ensemble_decoder(models, Unconstrained(V, L), beam_size=ALL, rule=rule)(histories)
     tokens, scores, valid = (np.asarray(x) for x in (res.tokens, res.scores, res.valid))
     assert valid.all()  # every one of the V**L SIDs is a beam
     return {
@@ -68,4 +68,31 @@ def test_one_member_mixture_is_that_member(members, histories):
 
 def test_unknown_rule_is_rejected(members):
     with pytest.raises(ValueError, match="ensemble rule 'mean'"):
-        ensemble_decoder(members, beam_size=4, rule="mean")
+        ensemble_decoder(members, Unconstrained(V, L), beam_size=4, rule="mean")
+
+
+def test_retrieval_fn_is_the_beam_search_over_the_models_step(members, histories):
+    # One model: make_decoder's program gives the plain beam search's beams to the last bit.
+    # A list of two: the ensemble, the same as ensemble_decoder's.
+    import jax
+
+    from decoding import beam_search
+    from seqmodel.inference import retrieval_fn
+
+    c = Unconstrained(V, L)
+    graphdef, params = nnx.split(members[0])
+
+    @jax.jit
+    def direct(params, tokens):
+        m = nnx.merge(graphdef, params)
+        lp, cache = m.prefill(tokens)
+        return beam_search(m.step, lp, cache, c, beam_size=4, num_levels=L)
+
+    want = direct(params, histories)
+    got = retrieval_fn(members[0], c, beam_size=4)(histories)
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    np.testing.assert_array_equal(got.scores, want.scores)
+    pair = retrieval_fn(members, c, beam_size=4, rule="mixture")(histories)
+    ens = ensemble_decoder(members, c, beam_size=4, rule="mixture")(histories)
+    np.testing.assert_array_equal(pair.scores, ens.scores)
+    assert not np.array_equal(pair.scores, want.scores)
