@@ -14,11 +14,10 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from decoding import BeamResult, Constraint, LevelScoring, beam_search
+from decoding import BeamResult, Constraint, LevelScoring, make_decoder
 from seqmodel.config import DraftConfig
 from seqmodel.tokens import NUM_SPECIAL, TokenSpace
 
@@ -120,6 +119,19 @@ class DraftHead(nnx.Module):
                 s = self._next(level, codes[:, level], s)
         return jnp.stack(out, axis=1)
 
+    def first(self, states: DraftStates) -> tuple[Float[Array, "B V"], Float[Array, "B D"]]:
+        """(level-0 log-probs, the state s_1) of the one backbone pass's states."""
+        first = self._logits(0, states.context, states.placeholder_logits)
+        return jax.nn.log_softmax(first, axis=-1), states.context
+
+    def step(
+        self, codes: Int[Array, "B K"], level, s: Float[Array, "B K D"], ph_BLV: jax.Array
+    ) -> tuple[Float[Array, "B K V"], Float[Array, "B K D"]]:
+        """Feeds the codes of level - 1 (the beam search's contract): (level's log-probs, s);
+        `level` may be traced (a lax loop), hence dynamic indexing."""
+        s = self._next(level - 1, codes, s)
+        return jax.nn.log_softmax(self._logits(level, s, ph_BLV), -1), s
+
     def search_fns(
         self, states: DraftStates
     ) -> tuple[Float[Array, "B V"], Float[Array, "B D"], StepFn]:
@@ -127,13 +139,9 @@ class DraftHead(nnx.Module):
         the head, none in the backbone."""
 
         def step(codes: jax.Array, level, s: jax.Array) -> tuple[jax.Array, jax.Array]:
-            # Called with the codes of level - 1 (the beam search's contract); `level` may be
-            # traced (a lax loop), hence dynamic indexing.
-            s = self._next(level - 1, codes, s)
-            return jax.nn.log_softmax(self._logits(level, s, states.placeholder_logits), -1), s
+            return self.step(codes, level, s, states.placeholder_logits)
 
-        first = self._logits(0, states.context, states.placeholder_logits)
-        return jax.nn.log_softmax(first, axis=-1), states.context, step
+        return *self.first(states), step
 
 
 def draft_example(
@@ -165,6 +173,43 @@ def draft_nll(
     return -(ll.sum(axis=1) * weight).sum(), weight.sum() * head.space.num_levels
 
 
+def _draft_fns(backbone_def: nnx.GraphDef, head_def: nnx.GraphDef) -> tuple[Callable, Callable]:
+    """(prefill_fn, step_fn) of `decoding.make_decoder` over params (backbone, head): one
+    backbone pass, then every level in the head."""
+
+    def prefill(params, tokens):
+        backbone, head = nnx.merge(backbone_def, params[0]), nnx.merge(head_def, params[1])
+        states = head.states(backbone, tokens)
+        # The placeholder logits are per user, the same for every beam: the decoder's context,
+        # not its cache, so they are never copied per beam nor reordered.
+        return *head.first(states), states.placeholder_logits
+
+    def step(params, codes, level, s, ph_BLV):
+        return nnx.merge(head_def, params[1]).step(codes, level, s, ph_BLV)
+
+    return prefill, step
+
+
+def _draft_decoder(
+    backbone_def: nnx.GraphDef,
+    head_def: nnx.GraphDef,
+    space: TokenSpace,
+    constraint: Constraint,
+    beam_size: int,
+    scoring: LevelScoring | None,
+    out_sharding: Any = None,
+) -> Callable[..., BeamResult]:
+    return make_decoder(
+        *_draft_fns(backbone_def, head_def),
+        constraint,
+        beam_size=beam_size,
+        num_levels=space.num_levels,
+        outputs="log_probs",
+        scoring=scoring,
+        out_sharding=out_sharding,
+    )
+
+
 def draft_decode(
     backbone: Any,
     head: DraftHead,
@@ -173,22 +218,10 @@ def draft_decode(
     beam_size: int,
     scoring: LevelScoring | None = None,
 ) -> BeamResult:
-    """One backbone pass, then the beam search over the head's levels (call inside jax.jit).
-
-    `constraint` decides what is drafted: `Unconstrained` (NEZHA-4), `decoding.HashVerify` (the
-    paper: whole SIDs checked at the last level, before its top-K) or `StaticConstraint` (every
-    level masked, valid by construction).
-    """
-    lp0, s1, step = head.search_fns(head.states(backbone, tokens))
-    return beam_search(
-        step,
-        lp0,
-        s1,
-        constraint,
-        beam_size=beam_size,
-        num_levels=head.space.num_levels,
-        scoring=scoring,
-    )
+    """`draft_retrieval_fn`'s decode inside a caller's own jax.jit (its program is inlined)."""
+    (bdef, bparams), (hdef, hparams) = nnx.split(backbone), nnx.split(head)
+    decoder = _draft_decoder(bdef, hdef, head.space, constraint, beam_size, scoring)
+    return decoder((bparams, hparams), tokens)
 
 
 def draft_retrieval_fn(
@@ -198,19 +231,15 @@ def draft_retrieval_fn(
     *,
     beam_size: int,
     scoring: LevelScoring | None = None,
-) -> Callable[[Any], BeamResult]:
-    """A jitted `tokens [B, T] -> BeamResult` by draft decoding (cf. seqmodel.inference.
-    retrieval_fn): parameters, constraint and scoring are arguments, moved to the device once."""
-    bdef, bparams = nnx.split(backbone)
-    hdef, hparams = nnx.split(head)
-    args = jax.device_put((bparams, hparams, constraint, scoring))
+    out_sharding: Any = None,
+) -> Callable[..., BeamResult]:
+    """A jitted `tokens [B, T] -> BeamResult` by draft decoding (a `seqmodel.inference.Retrieval`
+    whose params are the pair (backbone, head)): one backbone pass, then the beam search over the
+    head's levels. `constraint` decides what is drafted: `Unconstrained` (NEZHA-4),
+    `decoding.HashVerify` (the paper: whole SIDs checked at the last level, before its top-K) or
+    `StaticConstraint` (every level masked, valid by construction)."""
+    from seqmodel.inference import Retrieval  # seqmodel.model imports this module
 
-    def run_jit(bp, hp, c, s, t):
-        return draft_decode(nnx.merge(bdef, bp), nnx.merge(hdef, hp), t, c, beam_size, s)
-
-    fn = jax.jit(run_jit)
-
-    def run(tokens: np.ndarray) -> BeamResult:
-        return fn(*args, jax.device_put(np.asarray(tokens)))
-
-    return run
+    (bdef, bparams), (hdef, hparams) = nnx.split(backbone), nnx.split(head)
+    decoder = _draft_decoder(bdef, hdef, head.space, constraint, beam_size, scoring, out_sharding)
+    return Retrieval(decoder, jax.device_put((bparams, hparams)))

@@ -3,6 +3,7 @@ decoders on a work directory's retriever, the latency against backbone size, and
 test of the hash set against STATIC's and a sorted-key binary search."""
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 
@@ -55,20 +56,22 @@ def _decoders(model, head, sids: np.ndarray, K: int, dense_levels: int, names) -
     from seqmodel.inference import retrieval_fn
 
     V, L = model.space.codebook_size, model.space.num_levels
-    static = StaticConstraint(StaticIndex.build(sids, vocab_size=V, dense_levels=dense_levels))
+    index = StaticIndex.build(sids, vocab_size=V, dense_levels=dense_levels)
+    static = jax.device_put(StaticConstraint(index))
     drafts = {
         **draft_eval.draft_constraints("nezha", sids, V, L, verify=True, dense_levels=0),
         "nezha_static": static,
     }
-    out = {}
-    for name in names:
-        if name == "beam":
-            out[name] = retrieval_fn(model, Unconstrained(V, L), beam_size=K)
-        elif name == "beam_static":
-            out[name] = retrieval_fn(model, static, beam_size=K)
-        else:
-            out[name] = draft_retrieval_fn(model, head, drafts[name], beam_size=K)
-    return out
+    # One beam-search and one draft decoder (parameters on the device once); each method's
+    # constraint is its call's.
+    beam = {"beam": Unconstrained(V, L), "beam_static": static}
+    constraints = {name: jax.device_put({**beam, **drafts}[name]) for name in names}
+    run_beam = retrieval_fn(model, static, beam_size=K)
+    run_draft = draft_retrieval_fn(model, head, static, beam_size=K)
+    return {
+        name: functools.partial(run_beam if name in beam else run_draft, constraint=c)
+        for name, c in constraints.items()
+    }
 
 
 def time_per_user(fns: dict[str, Callable], inputs: np.ndarray, batch_size: int, calls: int):

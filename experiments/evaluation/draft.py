@@ -2,9 +2,11 @@
 and cold-start evaluations of the draft decoders, written beside beam search's results."""
 
 import dataclasses
+import functools
 import json
 import re
 
+import jax
 import numpy as np
 
 from data import atomic
@@ -140,10 +142,10 @@ def _metrics(decoded: dict, targets, allowed_mask, allowed_key: str) -> dict:
 def _decode(model, head, constraints, scoring, inputs, sids, K, batch_size, desc, progress):
     from seqmodel.draft import draft_retrieval_fn
 
-    fns = {
-        name: draft_retrieval_fn(model, head, c, beam_size=K, scoring=scoring)
-        for name, c in constraints.items()
-    }
+    # One decoder (parameters on the device once); each method's constraint is its call's.
+    placed = {name: jax.device_put(c) for name, c in constraints.items()}
+    run = draft_retrieval_fn(model, head, next(iter(placed.values())), beam_size=K, scoring=scoring)
+    fns = {name: functools.partial(run, constraint=c) for name, c in placed.items()}
     V = model.space.codebook_size
     return evaluate.decode_interleaved(
         fns, inputs, metrics.SIDLookup(sids, V), batch_size=batch_size, desc=desc, progress=progress

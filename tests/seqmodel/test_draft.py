@@ -264,3 +264,38 @@ def test_unverified_drafts_score_like_exhaustive_scoring_of_every_sid(model, spa
     want_sids, want_scores = exhaustive_top(step, lp0, s1, all_sids(V, NUM_LEVELS), K)
     np.testing.assert_allclose(np.asarray(res.scores)[:, :8], want_scores[:, :8], rtol=1e-5)
     np.testing.assert_array_equal(np.asarray(res.tokens)[:, :8], want_sids[:, :8])
+
+
+def test_draft_decoder_is_the_beam_search_over_the_heads_step(model, space):
+    # make_decoder's program (placeholder logits as the prefill's context, params a pair) gives
+    # the beams of the plain beam search over search_fns, to the last bit; the trainer's
+    # in-jit form too, and new head parameters reuse the compiled program.
+    from decoding import beam_search
+    from seqmodel.draft import draft_decode
+
+    head = _head(DraftConfig(cell="gru"), space)
+    tokens = jnp.asarray(_history(3, model.context))
+    c = StaticConstraint(StaticIndex.build(_catalog(), vocab_size=V))
+    K = 4
+    run = draft_retrieval_fn(model, head, c, beam_size=K)
+    got = run(np.asarray(tokens))
+
+    @jax.jit
+    def direct(hp, mp, t, c):
+        h, m = nnx.merge(hdef, hp), nnx.merge(mdef, mp)
+        lp0, s1, step = h.search_fns(h.states(m, t))
+        return beam_search(step, lp0, s1, c, beam_size=K, num_levels=NUM_LEVELS)
+
+    (hdef, hp), (mdef, mp) = nnx.split(head), nnx.split(model)
+    want = direct(hp, mp, tokens, c)
+    in_jit = jax.jit(
+        lambda hp, mp, t, c: draft_decode(nnx.merge(mdef, mp), nnx.merge(hdef, hp), t, c, K)
+    )(hp, mp, tokens, c)
+    for res in (got, in_jit):
+        np.testing.assert_array_equal(res.tokens, want.tokens)
+        np.testing.assert_array_equal(res.scores, want.scores)
+        np.testing.assert_array_equal(res.valid, want.valid)
+    other = nnx.split(_head(DraftConfig(cell="gru"), space, seed=2))[1]
+    moved = run.decoder((run.params[0], other), tokens)
+    assert run.decoder.program._cache_size() == 1
+    assert not np.array_equal(moved.scores, got.scores), "the head's params were not arguments"
