@@ -26,11 +26,11 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from flax import nnx
 from pydantic import BaseModel, ConfigDict, Field
 
+from decoding import Unconstrained
 from decoding.live import MAX_SETS, TIME_MIN, LiveCatalog, LiveConstraint, lookup
-from seqmodel.inference import decode
+from seqmodel.inference import retrieval_fn
 from seqmodel.state import Retriever
 from seqmodel.tokens import encode_history, sid_tokens
 
@@ -129,10 +129,12 @@ class Recommender:
             times=times,
             in_place=cfg.in_place,
         )
-        graphdef, params = nnx.split(model)
-        self._params = jax.device_put(params)
-        K, B = cfg.beam_size, cfg.batch_size
-        self._decode = jax.jit(lambda p, c, t: decode(graphdef, p, t, c, K))
+        # Every batch brings its own constraint (the catalog's index of the moment, the rows'
+        # sets and times); the decoder's own, unconstrained, is never used, so never compiled.
+        self._retrieval = retrieval_fn(
+            model, Unconstrained(self.vocab, self.num_levels), beam_size=cfg.beam_size
+        )
+        B = cfg.batch_size
         self._pad_tokens = encode_history(self.tokens, np.zeros(0, np.int64), self.max_history)
         self._write_lock = threading.Lock()
         self.run_batch([self._pad_row()] * B)  # compile before the first request
@@ -178,7 +180,7 @@ class Recommender:
         # The index is held until the results are on the host (an in-place toggle waits).
         with self.catalog.reading() as index:
             c = LiveConstraint(index, sets, min_time)
-            res = self._decode(self._params, c, jax.device_put(tokens))
+            res = self._retrieval(tokens, constraint=c)
             toks, scores, valid = jax.device_get((res.tokens, res.scores, res.valid))
         toks = toks.astype(np.int32)
         out = []
