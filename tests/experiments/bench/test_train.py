@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from experiments import cli
-from tests.experiments.test_eval_cold_start import TRAIN_FAST, workdir  # noqa: F401
+from tests.experiments.evaluation.test_cold_start import TRAIN_FAST, workdir  # noqa: F401
 
 
 def test_bench_train_times_each_layout_and_packing_fills_rows(workdir: Path, capsys):  # noqa: F811

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiments import cli
-from tests.experiments.test_eval_cold_start import TRAIN_FAST, workdir  # noqa: F401
+from tests.experiments.evaluation.test_cold_start import TRAIN_FAST, workdir  # noqa: F401
 
 ITEM = ["--set", "seqmodel.arch=item", "--set", "seqmodel.layout=bucketed"]
 

@@ -9,7 +9,7 @@ import numpy as np
 from data.prepared import load_prepared
 from data.splits import holdout_rows, leave_one_out
 from experiments import cli
-from tests.experiments.test_eval_cold_start import TRAIN_FAST, workdir  # noqa: F401
+from tests.experiments.evaluation.test_cold_start import TRAIN_FAST, workdir  # noqa: F401
 
 
 def test_validation_scores_second_to_last_items(workdir: Path, capsys):  # noqa: F811

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from experiments import cli, config
-from tests.experiments.test_eval_cold_start import TRAIN_FAST, workdir  # noqa: F401
+from tests.experiments.evaluation.test_cold_start import TRAIN_FAST, workdir  # noqa: F401
 
 DRAFT_FAST = [
     *("--set", "seqmodel.draft.batch_size=16", "--set", "seqmodel.draft.max_steps=4"),

@@ -98,26 +98,21 @@ def _keys(cfg, tmp_path):
     return {s.name: s.key_parts for s in build_stages(cfg, RunLayout(tmp_path), progress=False)}
 
 
-def test_the_prior_enters_the_cold_start_keys_only_while_on(tmp_path):
+def test_the_prior_enters_the_cold_start_keys_alone(tmp_path):
     cfg = config_lib.load_preset("tiny")
     off = _keys(cfg, tmp_path)
 
     def with_eval(**kw):
         return _keys(dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, **kw)), tmp_path)
 
-    # Off, a temperature changes nothing (ledgers from before the fields existed stay valid).
-    assert with_eval(cold_content_temperature=0.3) == off
-    on = with_eval(cold_content_weight=2.0)
     cold = [n for n in off if n.startswith("eval_cold")]
-    assert cold and all(on[n] != off[n] for n in cold)
-    assert on["eval_warm"] == off["eval_warm"]
-    assert all(on[n] == off[n] for n in off if not n.startswith("eval_cold"))
-    assert with_eval(cold_content_weight=2.0, cold_content_temperature=0.3)[cold[0]] != on[cold[0]]
-    # The content neighbour's vectors: in the cold-start keys only when not the default.
-    assert with_eval(cold_content_vectors="embeddings") == off
-    tfidf = with_eval(cold_content_vectors="tfidf")
-    assert all(tfidf[n] != off[n] for n in cold)
-    assert all(tfidf[n] == off[n] for n in off if not n.startswith("eval_cold"))
+    for changed in (
+        with_eval(cold_content_weight=2.0),
+        with_eval(cold_content_temperature=0.3),
+        with_eval(cold_content_vectors="tfidf"),
+    ):
+        assert cold and all(changed[n] != off[n] for n in cold)
+        assert all(changed[n] == off[n] for n in off if not n.startswith("eval_cold"))
 
 
 def test_the_note_names_tfidf_content_vectors():
