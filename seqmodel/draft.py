@@ -190,15 +190,17 @@ def _draft_fns(backbone_def: nnx.GraphDef, head_def: nnx.GraphDef) -> tuple[Call
     return prefill, step
 
 
-def _draft_decoder(
+def draft_decoder(
     backbone_def: nnx.GraphDef,
     head_def: nnx.GraphDef,
     space: TokenSpace,
     constraint: Constraint,
     beam_size: int,
-    scoring: LevelScoring | None,
+    scoring: LevelScoring | None = None,
     out_sharding: Any = None,
 ) -> Callable[..., BeamResult]:
+    """The `make_decoder` decoder of a draft head on its backbone: `decoder((backbone params,
+    head params), tokens [B, T])`."""
     return make_decoder(
         *_draft_fns(backbone_def, head_def),
         constraint,
@@ -208,20 +210,6 @@ def _draft_decoder(
         scoring=scoring,
         out_sharding=out_sharding,
     )
-
-
-def draft_decode(
-    backbone: Any,
-    head: DraftHead,
-    tokens: Int[Array, "B T"],
-    constraint: Constraint,
-    beam_size: int,
-    scoring: LevelScoring | None = None,
-) -> BeamResult:
-    """`draft_retrieval_fn`'s decode inside a caller's own jax.jit (its program is inlined)."""
-    (bdef, bparams), (hdef, hparams) = nnx.split(backbone), nnx.split(head)
-    decoder = _draft_decoder(bdef, hdef, head.space, constraint, beam_size, scoring)
-    return decoder((bparams, hparams), tokens)
 
 
 def draft_retrieval_fn(
@@ -241,5 +229,5 @@ def draft_retrieval_fn(
     from seqmodel.inference import Retrieval  # seqmodel.model imports this module
 
     (bdef, bparams), (hdef, hparams) = nnx.split(backbone), nnx.split(head)
-    decoder = _draft_decoder(bdef, hdef, head.space, constraint, beam_size, scoring, out_sharding)
+    decoder = draft_decoder(bdef, hdef, head.space, constraint, beam_size, scoring, out_sharding)
     return Retrieval(decoder, jax.device_put((bparams, hparams)))

@@ -20,7 +20,7 @@ from data.pipeline import batches
 from decoding import HashSet, HashVerify
 from seqmodel import sharding
 from seqmodel.config import DraftConfig, SeqModelConfig
-from seqmodel.draft import DraftHead, draft_decode, draft_nll
+from seqmodel.draft import DraftHead, draft_decoder, draft_nll
 from seqmodel.draft_files import DRAFT_FILE
 from seqmodel.files import SUMMARY_FILE
 from seqmodel.inference import read_description, recall_at_k
@@ -169,11 +169,7 @@ def train_draft(
         HashVerify(HashSet.build(data.sids[data.allowed], vocab_size=V)), sharding.replicated(mesh)
     )
     K = cfg.eval_beam_size
-    decode_jit = jax.jit(
-        lambda hp, bp, c, t: draft_decode(
-            nnx.merge(backbone_def, bp), nnx.merge(head_def, hp), t, c, K
-        )
-    )
+    decoder = draft_decoder(backbone_def, head_def, space, verify, K)
     valid_tokens = encode_histories(item_tokens, data.valid_histories, cfg.max_history)
     valid_sids = data.sids[data.valid_targets]
     eval_batch = max(len(jax.devices()), min(256, dcfg.batch_size))
@@ -181,7 +177,7 @@ def train_draft(
 
     def validate(state: TrainState) -> dict:
         recall = recall_at_k(
-            lambda p, t: decode_jit(p, backbone_params, verify, t),
+            lambda p, t: decoder((backbone_params, p), t),
             state.params,
             valid_tokens,
             valid_sids,

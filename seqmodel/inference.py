@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
-from jaxtyping import Array, Int, PyTree
+from jaxtyping import PyTree
 
 from data.errors import ArtifactError
 from data.pipeline import padded_batches
@@ -142,16 +142,37 @@ def retrieval_fn(
             out_sharding=out_sharding,
         )
     graphdef, params = nnx.split(models[0])
-    decoder = make_decoder(
-        *_model_fns(graphdef),
+    decoder = retriever_decoder(
+        graphdef,
+        models[0].space.num_levels,
         constraint,
         beam_size=beam_size,
-        num_levels=models[0].space.num_levels,
-        outputs="log_probs",
         scoring=scoring,
         out_sharding=out_sharding,
     )
     return Retrieval(decoder, jax.device_put(params))
+
+
+def retriever_decoder(
+    graphdef: nnx.GraphDef,
+    num_levels: int,
+    constraint: Constraint,
+    *,
+    beam_size: int,
+    scoring: LevelScoring | None = None,
+    out_sharding: Any = None,
+) -> Callable[..., BeamResult]:
+    """The `make_decoder` decoder of one retriever: `decoder(params, tokens [B, T])`, for
+    parameters that change between calls (a training loop's validation)."""
+    return make_decoder(
+        *_model_fns(graphdef),
+        constraint,
+        beam_size=beam_size,
+        num_levels=num_levels,
+        outputs="log_probs",
+        scoring=scoring,
+        out_sharding=out_sharding,
+    )
 
 
 def ensemble_decoder(
@@ -189,26 +210,6 @@ def ensemble_decoder(
         out_sharding=out_sharding,
     )
     return Retrieval(decoder, jax.device_put(params))
-
-
-def decode(
-    graphdef: nnx.GraphDef,
-    params: nnx.State,
-    tokens: Int[Array, "B T"],
-    constraint: Constraint,
-    beam_size: int,
-    scoring: LevelScoring | None = None,
-) -> BeamResult:
-    """`retrieval_fn`'s decode inside a caller's own jax.jit (its program is inlined there)."""
-    decoder = make_decoder(
-        *_model_fns(graphdef),
-        constraint,
-        beam_size=beam_size,
-        num_levels=nnx.merge(graphdef, params).space.num_levels,
-        outputs="log_probs",
-        scoring=scoring,
-    )
-    return decoder(params, tokens)
 
 
 def prior_retrieval_fn(

@@ -31,7 +31,7 @@ from seqmodel.config import SeqModelConfig, identity_fields
 from seqmodel.cooc_teacher import CoocTeacher
 from seqmodel.draft import draft_nll
 from seqmodel.files import MODEL_FILE, SUMMARY_FILE
-from seqmodel.inference import decode, recall_at_k
+from seqmodel.inference import recall_at_k, retriever_decoder
 from seqmodel.model import token_log_likelihood
 from seqmodel.state import TrainState, eval_params, new_train_state
 from seqmodel.tokens import (
@@ -342,13 +342,13 @@ def train_and_evaluate(
         sharding.replicated(mesh),
     )
     # Beams come back replicated, so that every process can read them (several hosts).
-    decode_jit = jax.jit(
-        lambda p, c, t: decode(graphdef, p, t, c, cfg.eval_beam_size),
-        out_shardings=sharding.replicated(mesh),
+    decode_fn = retriever_decoder(
+        graphdef,
+        space.num_levels,
+        constraint,
+        beam_size=cfg.eval_beam_size,
+        out_sharding=sharding.replicated(mesh),
     )
-
-    def decode_fn(p, t):
-        return decode_jit(p, constraint, t)
 
     valid_tokens = encode_histories(item_tokens, data.valid_histories, cfg.max_history)
     valid_sids = data.sids[data.valid_targets]

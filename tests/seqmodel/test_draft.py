@@ -269,9 +269,9 @@ def test_unverified_drafts_score_like_exhaustive_scoring_of_every_sid(model, spa
 def test_draft_decoder_is_the_beam_search_over_the_heads_step(model, space):
     # make_decoder's program (placeholder logits as the prefill's context, params a pair) gives
     # the beams of the plain beam search over search_fns, to the last bit; the trainer's
-    # in-jit form too, and new head parameters reuse the compiled program.
+    # decoder too, and new head parameters reuse the compiled program.
     from decoding import beam_search
-    from seqmodel.draft import draft_decode
+    from seqmodel.draft import draft_decoder
 
     head = _head(DraftConfig(cell="gru"), space)
     tokens = jnp.asarray(_history(3, model.context))
@@ -288,10 +288,8 @@ def test_draft_decoder_is_the_beam_search_over_the_heads_step(model, space):
 
     (hdef, hp), (mdef, mp) = nnx.split(head), nnx.split(model)
     want = direct(hp, mp, tokens, c)
-    in_jit = jax.jit(
-        lambda hp, mp, t, c: draft_decode(nnx.merge(mdef, mp), nnx.merge(hdef, hp), t, c, K)
-    )(hp, mp, tokens, c)
-    for res in (got, in_jit):
+    trainers = draft_decoder(mdef, hdef, space, c, K)((mp, hp), tokens)
+    for res in (got, trainers):
         np.testing.assert_array_equal(res.tokens, want.tokens)
         np.testing.assert_array_equal(res.scores, want.scores)
         np.testing.assert_array_equal(res.valid, want.valid)
