@@ -6,6 +6,7 @@ import functools
 import inspect
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -117,6 +118,10 @@ class Fitted:
         }
 
 
+def _to_stderr(message: str) -> None:
+    tqdm.write(message, file=sys.stderr)
+
+
 def loss_row(metrics: dict) -> dict:
     """A metrics row's fields from a step's host metrics: loss and gradient norm."""
     return {"loss": float(metrics["loss"]), "grad_norm": float(metrics["grad_norm"])}
@@ -177,7 +182,7 @@ class Trainer:
         log_steps: bool = True,
         desc: str = "train",
         show_progress: bool = True,
-        log: Callable[[str], None] = tqdm.write,
+        log: Callable[[str], None] | None = None,
     ) -> Fitted:
         """Trains `state` on `batches` (a grain iterator, checkpointed with the state), resuming
         the run in `run.workdir`.
@@ -194,11 +199,12 @@ class Trainer:
         lead = jax.process_index() == 0
         state = self.replicate(state)
         ckpts, state, progress, step, seconds_before = start_or_resume(
-            run, state, batches, lead=lead, log=log
+            run, state, batches, lead=lead, log=log or tqdm.write
         )
         start, end = step, schedule.end
         if start and lead:
-            log(f"resumed from step {start} of {schedule.total}")
+            # By default on stderr: a command's stdout is its JSON summary.
+            (log or _to_stderr)(f"resumed from step {start} of {schedule.total}")
         metrics_path = workdir / METRICS_FILE
         bar = tqdm(
             total=schedule.total, initial=step, desc=desc, unit="step", disable=not show_progress

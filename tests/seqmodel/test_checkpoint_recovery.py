@@ -140,7 +140,7 @@ def test_killed_run_with_damaged_newest_checkpoint_resumes_exactly(tmp_path, cap
 
     resumed = train_and_evaluate(CFG6, tmp_path, data, show_progress=False)
     lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
-    assert len(lines) == 1, lines
+    assert len(lines) == 2 and lines[1] == "resumed from step 2 of 6", lines
     assert "latest/4: cannot restore" in lines[0] and lines[0].endswith("trying latest step 2")
     workdir, result = straight
     assert resumed.summary["steps"] == 6
