@@ -132,9 +132,24 @@ def _at_least(cfg, section: str, names: tuple[str, ...], low) -> None:
             raise ArgumentError(f"{section}.{name}={value}: must be >= {low}")
 
 
+def _float_fields(cfg, prefix: str = ""):
+    """(key, value) of every float in the config tree, tuples' elements included."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _float_fields(value, f"{prefix}{f.name}.")
+        elif isinstance(value, float):
+            yield prefix + f.name, value
+        elif isinstance(value, tuple):
+            yield from ((prefix + f.name, v) for v in value if isinstance(v, float))
+
+
 def validate(cfg: Config) -> Config:
     """Checks every field a stage would reject later, so a command fails before any work starts
     and a rejected value never reaches config.json; raises ArgumentError naming the key."""
+    for key, value in _float_fields(cfg):
+        if not math.isfinite(value):
+            raise ArgumentError(f"{key}={value}: must be a finite number")
     if cfg.data.dataset == "amazon2014" and not cfg.data.category:
         raise ArgumentError("--category: required with --dataset amazon2014, e.g. Beauty")
     amazon_category(cfg.data)  # a category that contradicts the dataset
@@ -336,8 +351,38 @@ def to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def from_dict(cls: type, d: dict):  # -> an instance of cls
-    """Rebuilds a dataclass tree from to_dict() output; unknown keys raise ValueError."""
+def _typed(value, tp, key: str):
+    """`value` read from JSON as type `tp`, or ValueError naming `key` (JSON has no tuples, and a
+    bool is not a number here: `"five_core": "no"` or `"num_layers": true` is refused)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(tp):
+            return None
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _typed(value, args[0], key)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{key}: expected a list, got {value!r}")
+        elem = typing.get_args(tp)[0]
+        return tuple(_typed(v, elem, f"{key}[{i}]") for i, v in enumerate(value))
+    if tp is bool and not isinstance(value, bool):
+        raise ValueError(f"{key}: expected true or false, got {value!r}")
+    if tp is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{key}: expected a number, got {value!r}")
+        return value  # an int stays one: the round trip keeps config.json's bytes and keys
+    if tp is str and not isinstance(value, str):
+        raise ValueError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def from_dict(cls: type, d: dict, prefix: str = ""):  # -> an instance of cls
+    """Rebuilds a dataclass tree from to_dict() output; unknown keys and values of the wrong type
+    raise ValueError naming the key."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{prefix.rstrip('.') or 'config'}: expected an object, got {d!r}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = set(d) - names
@@ -347,11 +392,9 @@ def from_dict(cls: type, d: dict):  # -> an instance of cls
     for name, value in d.items():
         tp = hints[name]
         if dataclasses.is_dataclass(tp):
-            kwargs[name] = from_dict(tp, value)
-        elif typing.get_origin(tp) is tuple:
-            kwargs[name] = tuple(value)
+            kwargs[name] = from_dict(tp, value, f"{prefix}{name}.")
         else:
-            kwargs[name] = value
+            kwargs[name] = _typed(value, tp, prefix + name)
     return cls(**kwargs)
 
 

@@ -32,8 +32,15 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def path_arg(text: str) -> Path:
+    """An argparse type: a path, never empty (Path("") is the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return Path(text)
+
+
 def add_workdir_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workdir", required=True, type=Path, help="the run's work directory")
+    parser.add_argument("--workdir", required=True, type=path_arg, help="the run's work directory")
 
 
 def add_dataset_args(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +60,7 @@ def add_dataset_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--raw-dir",
-        type=Path,
+        type=path_arg,
         default=None,
         help="folder of the raw files (default for Amazon data: ../shared/data/amazon2014/<Cat>)",
     )

@@ -8,7 +8,6 @@ Example: genret bench-constraints --num-items 1000000 --methods static,ppv_exact
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from data import atomic
 from data.errors import ArgumentError
@@ -18,6 +17,7 @@ from experiments.bench.constraints import (
     measure_build,
     run_bench,
 )
+from experiments.commands import _common as common
 from experiments.commands._common import add_bench_args, bench_config
 
 
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", type=int, default=BenchConfig().vocab, help="V")
     add_bench_args(parser)
     parser.add_argument("--build-only", action="store_true", help="STATIC build time and memory")
-    parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
+    parser.add_argument("--out", type=common.path_arg, default=None, help="write the JSON here too")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,11 +7,11 @@ stderr. Example: genret bench-labels --labels 1000,100000 --vocab 50000 --out ru
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from data import atomic
 from data.errors import ArgumentError
 from experiments.bench.labels import METHODS, LabelBenchConfig, markdown_table, run_label_bench
+from experiments.commands import _common as common
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reps", type=int, default=d.reps, help="timed calls per step")
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--methods", default=",".join(d.methods), help=f"subset of {METHODS}")
-    parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
+    parser.add_argument("--out", type=common.path_arg, default=None, help="write the JSON here too")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,11 +6,11 @@ Example: genret bench-live --num-items 1000000 --vocab 2048 --levels 8 --out liv
 
 import argparse
 import json
-from pathlib import Path
 
 from data import atomic
 from data.errors import ArgumentError
 from experiments.bench.live import bench_live
+from experiments.commands import _common as common
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int, default=70, help="K")
     parser.add_argument("--reps", type=int, default=30, help="timed calls per measurement")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
+    parser.add_argument("--out", type=common.path_arg, default=None, help="write the JSON here too")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,12 +7,12 @@ Example: genret bench-membership --num-items 1000000 --vocab 2048 --levels 8 --o
 
 import argparse
 import json
-from pathlib import Path
 
 from data import atomic
 from data.errors import ArgumentError
 from experiments.bench import decode as draft_bench
 from experiments.bench.constraints import check_fits
+from experiments.commands import _common as common
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--probes", type=int, default=None, help="hash set: slots a query reads (default: fewest)"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
+    parser.add_argument("--out", type=common.path_arg, default=None, help="write the JSON here too")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from experiments.bench.constraints import (
     sweep_points,
 )
 from experiments.bench.sweep import run_sweep
+from experiments.commands import _common as common
 from experiments.commands._common import add_bench_args, bench_config
 from experiments.evaluation import plots
 
@@ -37,9 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab-for-items", type=int, default=2048)
     parser.add_argument("--items-for-vocab", type=int, default=1_000_000)
     add_bench_args(parser)
-    parser.add_argument("--out-dir", type=Path, default=Path("runs/bench_sweep"))
-    parser.add_argument("--markdown", type=Path, default=Path("docs/BENCHMARKS.md"))
-    parser.add_argument("--plots-dir", type=Path, default=Path("docs/img"))
+    parser.add_argument("--out-dir", type=common.path_arg, default=Path("runs/bench_sweep"))
+    parser.add_argument("--markdown", type=common.path_arg, default=Path("docs/BENCHMARKS.md"))
+    parser.add_argument("--plots-dir", type=common.path_arg, default=Path("docs/img"))
 
 
 def run(args: argparse.Namespace) -> int:

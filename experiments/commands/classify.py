@@ -18,6 +18,7 @@ from data.config import AMAZON_SHORTCUTS, SyntheticConfig
 from data.errors import ArgumentError
 from data.synthetic import ensure_raw_files
 from experiments.classify.run import ClassifyConfig, markdown_table, result_path, run_classify
+from experiments.commands import _common as common
 from experiments.pipeline.stages import DEFAULT_AMAZON_ROOT
 
 _FIXED = ("dataset", "meta_path")
@@ -28,10 +29,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dataset", choices=("beauty", "toys", "synthetic", "file"), default="beauty"
     )
     parser.add_argument(
-        "--raw-dir", type=Path, default=None, help="default: ../shared/data/amazon2014/<Cat>"
+        "--raw-dir",
+        type=common.path_arg,
+        default=None,
+        help="default: ../shared/data/amazon2014/<Cat>",
     )
-    parser.add_argument("--meta", type=Path, default=None, help="the meta file (--dataset file)")
-    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument(
+        "--meta", type=common.path_arg, default=None, help="the meta file (--dataset file)"
+    )
+    parser.add_argument("--workdir", type=common.path_arg, required=True)
     for f in dataclasses.fields(ClassifyConfig):
         if f.name not in _FIXED:
             flag, kind = "--" + f.name.replace("_", "-"), type(f.default)

@@ -9,7 +9,6 @@ WORKDIR/results/validation_diagnose_<p>.json.
 
 import argparse
 import json
-from pathlib import Path
 
 from data.errors import ArgumentError
 from data.splits import check_fraction
@@ -24,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--retriever",
         action="append",
-        type=Path,
+        type=common.path_arg,
         default=[],
         help="a cold-val retriever directory (repeatable; same tokenizer); default: "
         "WORKDIR/retriever_coldval_<p>",

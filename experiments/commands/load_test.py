@@ -10,7 +10,6 @@ Example: genret load-test --workdir runs/beauty --out runs/serve_load.json
 import argparse
 import asyncio
 import json
-from pathlib import Path
 
 from data import atomic
 from data.errors import ArgumentError
@@ -30,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--toggle-rate", type=float, default=1000.0, help="items toggled per s")
     parser.add_argument("--batch-size", type=int, default=16, help="of the started server")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="of the started server")
-    parser.add_argument("--out", type=Path, required=True, help="JSON result (.md beside it)")
+    parser.add_argument(
+        "--out", type=common.path_arg, required=True, help="JSON result (.md beside it)"
+    )
     parser.add_argument("--seed", type=int, default=0)
 
 

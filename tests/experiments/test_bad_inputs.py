@@ -89,6 +89,17 @@ def _bad_config(tmp_path: Path, src: Path) -> Path:
     return w
 
 
+def _mistyped_config(tmp_path: Path, src: Path) -> Path:
+    """Prepared, with a hand-edited config.json whose five_core is the string "no"."""
+    import json
+
+    w = _prepared(tmp_path, src)
+    cfg = json.loads((w / "config.json").read_text())
+    cfg["data"]["five_core"] = "no"
+    (w / "config.json").write_text(json.dumps(cfg))
+    return w
+
+
 def _bad_retriever(tmp_path: Path, src: Path) -> Path:
     """Prepared and tokenized, with a retriever directory whose description is garbage."""
     w = _prepared(tmp_path, src)
@@ -291,6 +302,21 @@ CASES = [
         ["asins.txt", "line 1"],
     ),
     ("bad-config-json", _bad_config, ["train-tokenizer"], ["config.json"]),
+    ("mistyped-config-json", _mistyped_config, ["train-tokenizer"], ["config.json", "five_core"]),
+    # Values that pass a sign check but are not numbers to train with; an empty path.
+    (
+        "infinite-learning-rate",
+        _prepared,
+        ["train-retriever", "--cold-start", "0.02", "--set", "seqmodel.learning_rate=inf"],
+        ["seqmodel.learning_rate", "finite"],
+    ),
+    (
+        "nan-level-weight",
+        _prepared,
+        ["eval-cold-start", "--cold-start", "0.02", "--set", "eval.cold_level_weights=1,nan,1,1"],
+        ["eval.cold_level_weights", "finite"],
+    ),
+    ("empty-workdir", None, ["prepare", *TINY, "--workdir", ""], ["--workdir", "empty"]),
     ("bad-retriever-json", _bad_retriever, ["eval-warm"], ["retriever.json"]),
     # Raw files: named with the line where known.
     (
