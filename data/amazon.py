@@ -2,6 +2,7 @@
 
 import ast
 import json
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -12,6 +13,8 @@ import numpy as np
 from data import rawio
 from data.errors import ArgumentError, InputError
 from data.types import InteractionData
+
+_INT64 = np.iinfo(np.int64)
 
 _ASIN_RE = re.compile(r"""['"]asin['"]\s*:\s*['"]([^'"]*)['"]""")
 TEXT_FIELDS = ("title", "brand", "categories", "description")
@@ -96,8 +99,20 @@ def read_reviews(path: str | os.PathLike, *, skip_bad_lines: bool = False):
         if not (isinstance(u, str) and isinstance(a, str) and u and a):
             bad(lineno, "reviewerID and asin must be non-empty strings")
             continue
-        if isinstance(t, bool) or not isinstance(t, int | float) or t != int(t):
+        if "\x00" in u or "\x00" in a:
+            bad(lineno, "reviewerID and asin must not contain a NUL byte")
+            continue
+        # JSON's Infinity and NaN parse as floats; int() of them raises, of 1e300 overflows int64.
+        if (
+            isinstance(t, bool)
+            or not isinstance(t, int | float)
+            or not math.isfinite(t)
+            or t != int(t)
+        ):
             bad(lineno, f"unixReviewTime must be an integer, got {t!r}")
+            continue
+        if not _INT64.min <= t <= _INT64.max:
+            bad(lineno, f"unixReviewTime {t!r} is out of the int64 range")
             continue
         users.append(u)
         asins.append(a)

@@ -105,6 +105,9 @@ def read_interactions(path: str | os.PathLike, *, skip_bad_lines: bool = False):
         if not (u and i):
             bad(lineno, "user and item must be non-empty")
             continue
+        if "\x00" in u or "\x00" in i:
+            bad(lineno, "user and item must not contain a NUL byte")
+            continue
         try:
             t = int(t)
         except ValueError:

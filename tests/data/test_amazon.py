@@ -88,6 +88,33 @@ def test_bad_field_types_are_errors(tmp_path):
         amazon.read_raw_dir(raw)
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("Infinity", "unixReviewTime must be an integer"),
+        ("NaN", "unixReviewTime must be an integer"),
+        ("1e300", "unixReviewTime 1e\\+300 is out of the int64 range"),
+    ],
+)
+def test_review_times_that_are_not_int64_name_the_line(tmp_path, value, message):
+    raw = make_raw_dir(tmp_path, "Tiny")
+    (raw / "reviews_Tiny_5.json").write_text(
+        '{"reviewerID": "U1", "asin": "A", "unixReviewTime": 1}\n'
+        f'{{"reviewerID": "U1", "asin": "B", "unixReviewTime": {value}}}\n'
+    )
+    with pytest.raises(ValueError, match=rf"reviews_Tiny_5\.json:2: {message}"):
+        amazon.read_raw_dir(raw, five_core=False)
+
+
+def test_a_nul_byte_in_an_id_names_the_line(tmp_path):
+    raw = make_raw_dir(tmp_path, "Tiny")
+    (raw / "reviews_Tiny_5.json").write_text(
+        '{"reviewerID": "U\\u0000 1", "asin": "A", "unixReviewTime": 1}\n'
+    )
+    with pytest.raises(ValueError, match=r":1: reviewerID and asin must not contain a NUL byte"):
+        amazon.read_raw_dir(raw, five_core=False)
+
+
 def test_five_core_default_filters(tiny_raw):
     with pytest.raises(ValueError, match="no interactions left"):
         amazon.read_raw_dir(tiny_raw)

@@ -84,6 +84,23 @@ def test_missing_column_names_the_file_and_column(tmp_path):
         interactions.read_raw_dir(raw, five_core=False)
 
 
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("u1,i2,Infinity,4", "timestamp must be an integer"),
+        ("u1,i2,NaN,4", "timestamp must be an integer"),
+        ("u1,i2,1e300,4", "timestamp must be an integer"),
+        ("u1,i\x002,200,4", "must not contain a NUL byte"),
+    ],
+)
+def test_unusable_values_name_file_and_line(tmp_path, row, message):
+    lines = INTERACTIONS.splitlines()
+    lines[2] = row  # line 3
+    raw = make_interactions_dir(tmp_path, {"interactions.csv": "\n".join(lines)})
+    with pytest.raises(ValueError, match=rf"interactions\.csv:3: .*{message}"):
+        interactions.read_raw_dir(raw, five_core=False)
+
+
 def test_bad_rows_name_file_and_line_or_are_skipped(tmp_path):
     lines = INTERACTIONS.splitlines()
     lines[2] = "u1,i2,yesterday,4"  # line 3
