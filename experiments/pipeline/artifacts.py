@@ -85,10 +85,36 @@ def require_retriever(layout: RunLayout, split: Split, retriever_dir: Path | Non
 
 
 def load_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Retriever:
-    """The best checkpoint's retriever of `split` (or of `retriever_dir`)."""
+    """The best checkpoint's retriever of `split` (or of `retriever_dir`), checked to have been
+    trained on this work directory's SIDs and split: its recorded inputs fingerprint."""
     from seqmodel.inference import load_retriever as load
 
-    return load(require_retriever(layout, split, retriever_dir))
+    rdir = require_retriever(layout, split, retriever_dir)
+    check_retriever_inputs(layout, split, rdir)
+    return load(rdir)
+
+
+def check_retriever_inputs(layout: RunLayout, split: Split, rdir: Path) -> None:
+    """An ArtifactError naming `rdir` and the command that retrains it when the retriever there
+    was trained on other SIDs or another split than this work directory's (a tokenizer trained
+    again since, say): its numbers would mean other items."""
+    from seqmodel.inference import read_description
+    from seqmodel.train import inputs_fingerprint
+
+    command = split.train_command(layout.root)
+    info, seq, space = read_description(
+        rdir / MODEL_FILE, "retriever", command.removeprefix("genret ")
+    )
+    ds = load_dataset(layout)
+    layout.require(layout.sids, f"genret train-tokenizer --workdir {layout.root}")
+    sids, asins = rqvae.load_sids(layout.tokenizer)
+    check_sids_match(asins, ds.catalog.asins, layout.tokenizer, sids=sids)
+    data = split_examples(ds, np.asarray(sids, np.int32), split, space.codebook_size, seq)
+    if info.get("inputs") != inputs_fingerprint(seq, data):
+        raise ArtifactError(
+            f"{rdir}: trained on other SIDs or another split than {layout.root} holds now (its "
+            f"inputs fingerprint differs); retrain it: `{command}`"
+        )
 
 
 def load_json_result(path: Path) -> dict:
