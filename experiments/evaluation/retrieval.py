@@ -49,7 +49,7 @@ from experiments.pipeline.artifacts import (
     load_sids,
     own_leave_one_out,
     require_retriever,
-    split_examples,
+    trained_on,
 )
 from experiments.pipeline.layout import RunLayout, Split
 from seqmodel.files import MODEL_FILE
@@ -57,7 +57,6 @@ from seqmodel.inference import load_retriever as load_retriever_dir
 from seqmodel.inference import prior_retrieval_fn, read_description, retrieval_fn
 from seqmodel.state import Retriever
 from seqmodel.tokens import encode_histories, sid_tokens
-from seqmodel.train import inputs_fingerprint
 
 
 def load_inputs(cfg: Config, layout: RunLayout) -> tuple[InteractionData, np.ndarray]:
@@ -84,15 +83,13 @@ def _decoders(
 
 
 def ensemble_members(
-    dirs: Sequence[Path | str], ds: InteractionData, sids: np.ndarray, codebook_size: int
+    dirs: Sequence[Path | str], ds: InteractionData, sids: np.ndarray
 ) -> list[Retriever]:
     """The leave-one-out retrievers in `dirs`, each checked to have been trained on exactly these
     SIDs and this split (its recorded inputs fingerprint); else an ArtifactError naming it."""
     members = []
     for d in map(Path, dirs):
-        info, seq, _ = read_description(d / MODEL_FILE, "retriever", "train-retriever --split loo")
-        data = split_examples(ds, sids, Split("loo"), codebook_size, seq)
-        if info.get("inputs") != inputs_fingerprint(seq, data):
+        if not trained_on(d, ds, sids, Split("loo"), "train-retriever --split loo"):
             raise ArtifactError(
                 f"{d}: not a leave-one-out retriever of this work directory's SIDs (trained on "
                 "other SIDs or another split); train it with `genret train-retriever --split loo` "
@@ -443,7 +440,7 @@ def evaluate_warm(
     # A missing member of the pipeline's own: the one-line "run the pipeline", before any is loaded.
     own = [require_retriever(layout, Split("loo", seed=s)) for s in cfg.eval.warm_ensemble_seeds]
     ensemble = [*own, *ensemble]
-    members = ensemble_members(ensemble, ds, sids, model.space.codebook_size)
+    members = ensemble_members(ensemble, ds, sids)
     split = leave_one_out(ds)
     if validation:
         split = split.validation_as_test()

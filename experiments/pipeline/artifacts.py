@@ -98,23 +98,31 @@ def check_retriever_inputs(layout: RunLayout, split: Split, rdir: Path) -> None:
     """An ArtifactError naming `rdir` and the command that retrains it when the retriever there
     was trained on other SIDs or another split than this work directory's (a tokenizer trained
     again since, say): its numbers would mean other items."""
-    from seqmodel.inference import read_description
-    from seqmodel.train import inputs_fingerprint
-
     command = split.train_command(layout.root)
-    info, seq, space = read_description(
-        rdir / MODEL_FILE, "retriever", command.removeprefix("genret ")
-    )
     ds = load_dataset(layout)
     layout.require(layout.sids, f"genret train-tokenizer --workdir {layout.root}")
     sids, asins = rqvae.load_sids(layout.tokenizer)
     check_sids_match(asins, ds.catalog.asins, layout.tokenizer, sids=sids)
-    data = split_examples(ds, np.asarray(sids, np.int32), split, space.codebook_size, seq)
-    if info.get("inputs") != inputs_fingerprint(seq, data):
+    if not trained_on(rdir, ds, np.asarray(sids, np.int32), split, command):
         raise ArtifactError(
             f"{rdir}: trained on other SIDs or another split than {layout.root} holds now (its "
             f"inputs fingerprint differs); retrain it: `{command}`"
         )
+
+
+def trained_on(
+    rdir: Path, ds: InteractionData, sids: np.ndarray, split: Split, command: str
+) -> bool:
+    """Whether the retriever in `rdir` was trained on these SIDs and this split: its recorded
+    inputs fingerprint against theirs (`command` trains it, for a missing description)."""
+    from seqmodel.inference import read_description
+    from seqmodel.train import inputs_fingerprint
+
+    info, seq, space = read_description(
+        Path(rdir) / MODEL_FILE, "retriever", command.removeprefix("genret ")
+    )
+    data = split_examples(ds, sids, split, space.codebook_size, seq)
+    return info.get("inputs") == inputs_fingerprint(seq, data)
 
 
 def load_json_result(path: Path) -> dict:
