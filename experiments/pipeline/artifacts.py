@@ -38,12 +38,14 @@ def load_dataset(layout: RunLayout) -> InteractionData:
     return _loaded[path][1]
 
 
-def load_sids(cfg: Config, layout: RunLayout, ds: InteractionData) -> np.ndarray:
-    """The tokenizer's SIDs, checked against the prepared catalog and the config's codebook."""
+def load_sids(cfg: Config | None, layout: RunLayout, ds: InteractionData) -> np.ndarray:
+    """The tokenizer's SIDs, checked against the prepared catalog and the config's codebook
+    (cfg None: the catalog alone)."""
     layout.require(layout.sids, f"genret train-tokenizer --workdir {layout.root}")
     sids, asins = rqvae.load_sids(layout.tokenizer)
+    codebook_size = None if cfg is None else cfg.rqvae.codebook_size
     check_sids_match(
-        asins, ds.catalog.asins, layout.tokenizer, sids=sids, codebook_size=cfg.rqvae.codebook_size
+        asins, ds.catalog.asins, layout.tokenizer, sids=sids, codebook_size=codebook_size
     )
     return np.asarray(sids, np.int32)
 
@@ -100,10 +102,7 @@ def check_retriever_inputs(layout: RunLayout, split: Split, rdir: Path) -> None:
     again since, say): its numbers would mean other items."""
     command = split.train_command(layout.root)
     ds = load_dataset(layout)
-    layout.require(layout.sids, f"genret train-tokenizer --workdir {layout.root}")
-    sids, asins = rqvae.load_sids(layout.tokenizer)
-    check_sids_match(asins, ds.catalog.asins, layout.tokenizer, sids=sids)
-    if not trained_on(rdir, ds, np.asarray(sids, np.int32), split, command):
+    if not trained_on(rdir, ds, load_sids(None, layout, ds), split, command):
         raise ArtifactError(
             f"{rdir}: trained on other SIDs or another split than {layout.root} holds now (its "
             f"inputs fingerprint differs); retrain it: `{command}`"
