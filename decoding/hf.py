@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from jaxtyping import Bool
 
-from decoding.label_index import LabelIndex
+from decoding.label_index import LabelIndex, refuse_empty_rows, subset_words
 from decoding.labels import LabelConstraint
 
 
@@ -30,11 +30,17 @@ class LabelLogitsProcessor:
     `logits_processor=[...]` (greedy, sampling and beam search; sampling's temperature, top-k and
     top-p then act on the allowed tokens only, as `generate` applies warpers after processors).
 
-    Rows are matched to the previous step's rows by their tokens, so beam reordering needs no
-    beam indices; a fresh `generate` call (a prompt no row continues) starts over at the root.
-    `allowed`: bool [B, num_labels], per-prompt label subsets (rows are prompt-major, as
-    `generate` expands prompts into beams or samples). `labels()` returns the caller's label
-    indices each row has emitted. `device`: where the index tensors live (that of the scores).
+    A row's state is a function of its generated tokens, so each row continues the last call's
+    row with which it shares the longest generated prefix: beam reordering needs no beam indices,
+    and assisted or prompt-lookup decoding may go back to re-score drafted tokens. A row may also
+    grow by several tokens; those after the first must follow the grammar (else a ValueError
+    naming the row). Rows start over at the root when a call does not keep the first call's
+    prompts, and once every row has finished (where `generate` stops), so a new `generate` call
+    may extend a finished output; call `reset()` before one that extends an unfinished output.
+    `allowed`: bool [B, num_labels], per-prompt label subsets, each row holding a label (rows are
+    prompt-major, as `generate` expands prompts into beams or samples). `labels()` returns the
+    caller's label indices each row has emitted. `device`: where the index tensors live (that of
+    the scores).
     """
 
     def __init__(
@@ -70,12 +76,9 @@ class LabelLogitsProcessor:
         self.edge_key = t(parent.astype(np.int64) * self.vocab_size + tokens)
         self.allowed = None  # bool [B, labels] in trie order, and its prefix counts
         if allowed is not None:
+            # An empty row would leave -inf everywhere: NaN or a torch error when sampling.
+            refuse_empty_rows(subset_words(index, allowed))
             allowed = np.asarray(allowed)
-            if allowed.dtype != bool or allowed.ndim != 2 or allowed.shape[1] != self.num_labels:
-                raise ValueError(
-                    f"allowed: expected bool [B, {self.num_labels}], got {allowed.dtype} "
-                    f"{allowed.shape}"
-                )
             trie = t(allowed[:, np.asarray(index.label_order)[: self.num_labels]], torch.bool)
             self.allowed = trie
             self.prefix = torch.nn.functional.pad(trie.long().cumsum(1), (1, 0))
@@ -83,8 +86,12 @@ class LabelLogitsProcessor:
 
     def reset(self) -> None:
         """Forgets the rows of the last call (the next call starts at the root)."""
-        self._ids = self._state = None
+        self._ids = None
         self._start = 0
+        # layers[j]: states after j generated tokens; back[j] maps layer j's rows to their
+        # parents in layer j - 1 (beam back pointers); the last layer is the last call's rows.
+        self._layers: list[dict] = []
+        self._back: list = []
 
     def __call__(self, input_ids, scores):
         if scores.shape[-1] != self.vocab_size:
@@ -92,13 +99,11 @@ class LabelLogitsProcessor:
                 f"scores: {scores.shape[-1]} tokens, but the label index has vocab_size "
                 f"{self.vocab_size}"
             )
-        state = self._follow(input_ids)
-        self._ids, self._state = input_ids, state
-        return self._masked(state, scores)
+        return self._masked(self._follow(input_ids), scores)
 
     def labels(self):
         """The caller's label indices emitted by each row of the last call, -1 padding [R, M]."""
-        e = self._state["emitted"]
+        e = self._layers[-1]["emitted"]
         return self._t.where(e >= 0, self.label_order[e.clamp(min=0)], -1)
 
     # State: dict of [R] tensors (node, sep_pos, count, done, ok) and emitted [R, M].
@@ -115,30 +120,74 @@ class LabelLogitsProcessor:
         }
 
     def _follow(self, input_ids) -> dict:
-        """This call's states: the last call's rows extended by their new token."""
+        """This call's states (kept, with the path to them, for the next call)."""
         R, S = input_ids.shape
         prev, start = self._ids, self._start
-        # Same rows, one token longer, same prompts: the generation goes on. (`generate` keeps
-        # rows prompt-major and reorders beams within a prompt, so row r keeps its prompt.)
+        # `generate` keeps rows prompt-major and reorders beams within a prompt, so row r keeps
+        # its prompt while a generation goes on.
         if (
-            prev is not None
-            and prev.shape == (R, S - 1)
-            and bool((input_ids[:, :start] == prev[:, :start]).all())
+            prev is None
+            or prev.shape[0] != R
+            or S < start
+            or not bool((input_ids[:, :start] == prev[:, :start]).all())
         ):
-            # A state is a function of the generated tokens, so any previous row that generated
-            # the same tokens (for the same prompt's subset) is a parent: beam reordering is
-            # recovered without beam indices.
-            same = (input_ids[:, None, start:-1] == prev[None, :, start:]).all(-1)
-            if self.allowed is not None:
-                batch = self._rows_batch(R)
-                same &= batch[:, None] == batch[None, :]
-            if bool(same.any(1).all()):
-                parent = same.long().argmax(1)
-                state = {k: v[parent] for k, v in self._state.items()}
-                return self._advance(state, input_ids[:, -1])
-        # A new generation: every row starts at the root after its prompt.
-        self._start = S
-        return self._init(R)
+            # A new generation: every row starts at the root after its prompt.
+            self._start, self._layers, self._back = S, [self._init(R)], [None]
+        else:
+            self._layers, self._back = self._extend(input_ids[:, start:])
+        self._ids = input_ids
+        return self._restarted(self._layers[-1])
+
+    def _restarted(self, state: dict) -> dict:
+        """Rows that have all finished start over (see `_extend`); `labels()` still reads them."""
+        return self._init(len(state["done"])) if bool(state["done"].all()) else state
+
+    def _extend(self, new) -> tuple[list, list]:
+        """The layers for generated tokens `new` [R, G]: each row continues the last call's row
+        sharing its longest prefix, walked from the deepest layer all rows share."""
+        torch = self._t
+        R, G = new.shape
+        old = self._ids[:, self._start :]
+        m = min(G, old.shape[1])
+        shared = (new[:, None, :m] == old[None, :, :m]).long().cumprod(-1).sum(-1)  # [R, R]
+        if self.allowed is not None:
+            # With subsets a state also depends on the prompt: only its own rows are parents.
+            batch = self._rows_batch(R)
+            shared = torch.where(batch[:, None] == batch[None, :], shared, -1)
+        seen, parent = shared.max(1)
+        L = int(seen.min())
+        # Back pointers lead from the last call's rows to their entries in layer L, which is
+        # put in this call's row order; rows that shared more than L tokens are walked again (a
+        # state is a function of the tokens).
+        row = parent
+        for j in range(len(self._layers) - 1, L, -1):
+            row = self._back[j][row]
+        state, over = {k: v[row] for k, v in self._layers[L].items()}, False
+        layers = [*self._layers[:L], state]
+        back = [*self._back[:L], self._back[L][row] if L else None]
+        for j in range(L, G):
+            # Once every row has finished, `generate` stops: the tokens after that are the prompt
+            # of a new call (one extending the last output), whose rows start at the root.
+            if over:
+                state = self._init(R)
+            else:
+                state, allowed = self._advance(self._restarted(state), new[:, j])
+                # A row's first new token was picked under this processor's mask (beam search
+                # may keep a forbidden, -inf candidate: that row just ends); later ones never were.
+                bad = (~allowed & (j > seen)).nonzero()[:, 0]
+                if len(bad):
+                    r = int(bad[0])
+                    raise ValueError(
+                        f"input_ids: row {r} continues the last call by {G - int(seen[r])} "
+                        f"tokens, and token {int(new[r, j])} at position {self._start + j} "
+                        "(never masked by this processor) is outside the label grammar; if this "
+                        "is a new generate() call whose prompt extends an unfinished output, "
+                        "call reset() before it"
+                    )
+                over = bool(state["done"].all())
+            layers.append(state)
+            back.append(torch.arange(R, device=self.device))
+        return layers, back
 
     def _rows_batch(self, R: int):
         B = self.allowed.shape[0]
@@ -249,8 +298,9 @@ class LabelLogitsProcessor:
             return self._t.full((R,), self.num_labels, device=self.device)
         return self.prefix[batch, -1]
 
-    def _advance(self, state: dict, token) -> dict:
-        """The state after `token` per row; a token the grammar forbids ends the row (not ok)."""
+    def _advance(self, state: dict, token) -> tuple[dict, Any]:
+        """The state after `token` per row, and whether the grammar allows it ([R] bool; any
+        token after EOS, `generate`'s padding). A token the grammar forbids ends the row."""
         torch = self._t
         s = self._slots(state)
         node, sep_pos, done = state["node"], state["sep_pos"], state["done"]
@@ -283,4 +333,4 @@ class LabelLogitsProcessor:
             "ok": state["ok"] & allowed,
         }
         new["done"] = done | is_eos | ~new["ok"]
-        return new
+        return new, allowed

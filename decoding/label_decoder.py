@@ -12,7 +12,7 @@ from jaxtyping import Array, Bool, Float, Int, PyTree
 
 from decoding.beam_search import _reorder, _select
 from decoding.constraints import Candidates
-from decoding.label_index import subset_words
+from decoding.label_index import refuse_empty_rows, subset_words
 from decoding.labels import LabelConstraint, LabelState
 
 # prefill_fn(params, inputs) -> (logits [B, V], cache); leaves of cache lead with B.
@@ -103,8 +103,9 @@ def make_label_decoder(
 
     Returns:
       `decode(params, inputs, *, rng=None, allowed=None, constraint=None)`: `allowed` is bool
-      [B, num_labels] (per-row label subsets, caller's label order), `constraint` swaps in another
-      label set (same capacity and settings: no recompilation), `rng` a key ("sample" only).
+      [B, num_labels] (per-row label subsets, caller's label order; a row that allows no label is
+      a ValueError naming it), `constraint` swaps in another label set (same capacity and
+      settings: no recompilation), `rng` a key ("sample" only).
     """
     sampler = Sampler(
         mode=mode, beam_size=beam_size, temperature=temperature, top_k=top_k, top_p=top_p
@@ -138,7 +139,9 @@ class LabelDecoder:
         if allowed is not None:
             # Packed on the host, from the host copy of the index (no device round trip).
             host = self.constraint if constraint is None else constraint
-            words = jax.device_put(subset_words(host.index, np.asarray(allowed)))
+            packed = subset_words(host.index, np.asarray(allowed))
+            refuse_empty_rows(packed)  # checked here: inside the program it is traced
+            words = jax.device_put(packed)
         key = jax.random.key(0) if rng is None else rng
         return self.program(params, inputs, c, words, key)
 

@@ -374,3 +374,14 @@ def subset_words(index: LabelIndex, allowed: Bool[np.ndarray, "B N"]) -> np.ndar
     bits = np.zeros((allowed.shape[0], index.words * 32), bool)
     bits[:, :N] = allowed[:, np.asarray(index.label_order)[:N]]
     return np.packbits(bits, axis=1, bitorder="little").view("<u4").astype(np.uint32)
+
+
+def refuse_empty_rows(words: np.ndarray) -> None:
+    """ValueError naming the first row of packed subsets ([B, words]) that allows no label: it
+    would leave every token at -inf (EOS filler, NaN from a softmax, a sampler's error)."""
+    empty = np.flatnonzero(~np.asarray(words).any(axis=1))
+    if len(empty):
+        more = f" (and {len(empty) - 1} more rows)" if len(empty) > 1 else ""
+        raise ValueError(
+            f"allowed: row {int(empty[0])} allows no label{more}; every row needs at least one"
+        )

@@ -19,7 +19,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from decoding.constraints import Candidates, Constraint, Level, _iota
-from decoding.label_index import LabelIndex, subset_words
+from decoding.label_index import LabelIndex, refuse_empty_rows, subset_words
 
 _MAX_UNBOUNDED = 4096  # labels an unbounded multi-label row may track (its state is [.., M])
 
@@ -147,6 +147,8 @@ class LabelConstraint(Constraint):
 
         `allowed`: bool [B, num_labels] in the caller's label order (host), or its packed form
         uint32 [B, words] from `label_index.subset_words` (e.g. already on device, or traced).
+        A row that allows no label is a ValueError naming it (unless traced: `LabelDecoder`
+        checks its `allowed` on the host).
         """
         idx = self.index
         if not (hasattr(allowed, "dtype") and allowed.dtype == jnp.uint32):
@@ -154,6 +156,8 @@ class LabelConstraint(Constraint):
         words = jnp.asarray(allowed, jnp.uint32)
         if words.ndim != 2 or words.shape[1] != idx.words:
             raise ValueError(f"allowed: expected packed [B, {idx.words}], got {words.shape}")
+        if not isinstance(allowed, jax.core.Tracer):
+            refuse_empty_rows(jax.device_get(allowed))
         per_word = jax.lax.population_count(words).astype(jnp.int32)
         rank = jnp.cumsum(per_word, axis=1) - per_word
         total = per_word.sum(axis=1)

@@ -206,11 +206,11 @@ def _methods(cfg, labels, index, c, ids, gen, scores, scores_jax) -> dict[str, C
         tp = LabelLogitsProcessor(index, eos_token_id=EOS)
         snaps = []  # the processor's memory after step t-1, restored before each timed call
         for t in range(T):
-            snaps.append((tp._ids, tp._state, tp._start))
+            snaps.append((tp._ids, tp._layers, tp._back, tp._start))
             tp(ids[t], scores)
 
         def torch_step(t):
-            tp._ids, tp._state, tp._start = snaps[t]
+            tp._ids, tp._layers, tp._back, tp._start = snaps[t]
             with torch.inference_mode():
                 return tp(ids[t], scores)
 

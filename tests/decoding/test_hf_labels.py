@@ -1,5 +1,7 @@
-"""The transformers adapter: the same masks as the JAX kernel, and `model.generate` in greedy,
-sampling and beam modes returning only labels (a tiny random GPT-2, a tokenizer trained here)."""
+"""The transformers adapter: the same masks as the JAX kernel, whatever the order of the calls
+(beams reordered, rows going back or jumping ahead), and `model.generate` in greedy, sampling,
+beam, prompt-lookup and assisted modes, called again on its output, returning only labels (a tiny
+random GPT-2, a tokenizer trained here)."""
 
 import jax
 import jax.numpy as jnp
@@ -18,16 +20,20 @@ from decoding.hf import LabelLogitsProcessor  # noqa: E402
 V, EOS, SEP = 16, 0, (14, 15)
 _allowed_tokens = jax.jit(LabelConstraint.allowed_tokens)
 _advance_tokens = jax.jit(LabelConstraint.advance_tokens)
+_label_ids = jax.jit(LabelConstraint.label_ids)
 
 
-def _random_walk_agrees(labels, max_labels, subsets, seed):
-    rng = np.random.default_rng(seed)
+LABELS = [[1, 2], [1], [1, 2, 3], [4], [1, 3], [4, 5, 5], [6, 14, 7]]
+B, K, P = 2, 3, 2  # prompts, rows per prompt (beams or samples), prompt length
+
+
+def _constraints(labels, max_labels, subsets, rng):
+    """The JAX constraint and the torch processor of the same grammar and subsets."""
     idx = LabelIndex.build(
         labels, vocab_size=V, capacity=LabelCapacity(nodes=64, edges=64, labels=32, width=8)
     )
     sep = SEP if max_labels != 1 else ()
     c = LabelConstraint.build(idx, eos_id=EOS, separator=sep, max_labels=max_labels)
-    B, K, P = 2, 3, 2
     allowed = rng.random((B, len(labels))) < 0.6 if subsets else None
     if subsets:
         allowed[:, 0] = True
@@ -35,13 +41,32 @@ def _random_walk_agrees(labels, max_labels, subsets, seed):
     proc = LabelLogitsProcessor(
         idx, eos_token_id=EOS, separator=sep, max_labels=max_labels, allowed=allowed
     )
-    state = jax.tree.map(
+    return c, proc
+
+
+def _jax_init(c):
+    return jax.tree.map(
         lambda x: jnp.broadcast_to(x[:, None], (B, K, *x.shape[1:])), c.init_state(B)
     )
+
+
+def _random_walk_agrees(labels, max_labels, subsets, seed):
+    rng = np.random.default_rng(seed)
+    c, proc = _constraints(labels, max_labels, subsets, rng)
+    state = _jax_init(c)
     ids = torch.as_tensor(rng.integers(1, V, (B, 1, P))).repeat(1, K, 1).reshape(B * K, P)
-    for _ in range(c.max_steps):
+    first = None
+    for _ in range(c.max_steps + 1):
         mask = np.asarray(_allowed_tokens(c, state)).reshape(B * K, V)
         got = torch.isfinite(proc(ids, torch.zeros(B * K, V))).numpy()
+        first = mask if first is None else first
+        want = np.asarray(_label_ids(c, state)).reshape(B * K, -1)
+        np.testing.assert_array_equal(proc.labels().numpy(), want, "labels() differ")
+        if np.asarray(state.done).all():
+            # `generate` stops here; a further call (a new generate() extending the output)
+            # starts over at the root.
+            np.testing.assert_array_equal(got, first, "rows that all finished did not restart")
+            break
         np.testing.assert_array_equal(got, mask, "torch and JAX masks differ")
         # Pick an allowed token per row, then reorder rows within each prompt like beams do.
         tok = np.array([rng.choice(np.flatnonzero(m)) for m in mask]).reshape(B, K)
@@ -51,9 +76,6 @@ def _random_walk_agrees(labels, max_labels, subsets, seed):
         rows = (perm + np.arange(B)[:, None] * K).reshape(-1)
         ids = torch.cat([ids, torch.as_tensor(tok.reshape(-1, 1))], 1)[torch.as_tensor(rows)]
     assert np.asarray(state.done).all()
-    np.testing.assert_array_equal(
-        proc.labels().numpy(), np.asarray(c.label_ids(state)).reshape(B * K, -1)
-    )
 
 
 @pytest.mark.parametrize(
@@ -65,8 +87,54 @@ def _random_walk_agrees(labels, max_labels, subsets, seed):
     ],
 )
 def test_torch_masks_equal_jax_masks_under_beam_reordering(max_labels, subsets):
-    labels = [[1, 2], [1], [1, 2, 3], [4], [1, 3], [4, 5, 5], [6, 14, 7]]
-    _random_walk_agrees(labels, max_labels, subsets, seed=max_labels or 0)
+    _random_walk_agrees(LABELS, max_labels, subsets, seed=max_labels or 0)
+
+
+@pytest.mark.parametrize("max_labels, subsets", [(1, False), (3, True)])
+def test_rows_that_go_back_or_grow_by_several_tokens_get_the_jax_masks(max_labels, subsets):
+    # Assisted and prompt-lookup decoding re-score drafted tokens (shorter rows) and accept
+    # several at once; rows are states of their tokens, whatever the order of the calls.
+    rng = np.random.default_rng(max_labels)
+    c, proc = _constraints(LABELS, max_labels, subsets, rng)
+    state, toks, masks = _jax_init(c), [], []
+    while not np.asarray(state.done).all():
+        masks.append(np.asarray(_allowed_tokens(c, state)).reshape(B * K, V))
+        tok = np.array([rng.choice(np.flatnonzero(m)) for m in masks[-1]]).reshape(B, K)
+        toks.append(tok.reshape(-1))
+        state = _advance_tokens(c, state, jnp.asarray(tok, jnp.int32))
+    outputs, T = np.stack(toks, 1), len(toks)  # [B * K, T]: complete outputs
+    masks.append(masks[0])  # once every row has finished, rows start over
+    prompt = rng.integers(1, V, (B, 1, P)).repeat(K, 1).reshape(B * K, P)
+    g, lengths = 0, []
+    for call in range(40):
+        perm = np.stack([rng.permutation(K) for _ in range(B)]) + np.arange(B)[:, None] * K
+        rows = perm.reshape(-1)
+        ids = torch.as_tensor(np.concatenate([prompt, outputs[rows, :g]], 1))
+        got = torch.isfinite(proc(ids, torch.zeros(B * K, V))).numpy()
+        np.testing.assert_array_equal(got, masks[g][rows], f"call {call}, {g} tokens")
+        lengths.append(g)
+        g = int(np.clip(g + rng.integers(-3, 5), 0, T))
+    steps = np.diff(lengths)
+    assert (steps < 0).any() and (steps > 1).any(), "the calls went back and jumped ahead"
+
+
+def test_tokens_after_the_first_unmasked_one_must_follow_the_grammar():
+    proc = LabelLogitsProcessor(LabelIndex.build(LABELS, vocab_size=V), eos_token_id=EOS)
+    prompt = torch.tensor([[9, 9], [9, 8]])
+
+    def allowed(*rows):
+        ids = torch.cat([prompt, torch.tensor(rows, dtype=torch.int64).reshape(2, -1)], 1)
+        got = torch.isfinite(proc(ids, torch.zeros(2, V)))
+        return [set(np.flatnonzero(r).tolist()) for r in got.numpy()]
+
+    assert allowed([], []) == [{1, 4, 6}] * 2
+    with pytest.raises(ValueError, match=r"row 1 continues the last call by 2 tokens, and token 9"):
+        allowed([1, 2], [4, 9])
+    # Two tokens at once, both in the grammar: walked as if fed one at a time.
+    assert allowed([1, 2], [4, 5]) == [{EOS, 3}, {5}]
+    # A first new token outside the grammar was the search's own pick of a -inf candidate (beam
+    # search keeps such beams when too few are allowed): that row just ends.
+    assert allowed([1, 2, 9], [4, 5, 5]) == [{EOS}, {EOS}]
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +160,23 @@ def setup():
     # The same prompt twice, with different label subsets below.
     prompts = torch.tensor([tok.encode("Category:").ids] * 2)
     return tok, eos, labels.token_ids, index, model, prompts
+
+
+@pytest.fixture(scope="module")
+def assistant(setup):
+    tok, eos = setup[:2]
+    torch.manual_seed(1)
+    cfg = transformers.GPT2Config(
+        vocab_size=tok.get_vocab_size(),
+        n_positions=64,
+        n_embd=16,
+        n_layer=1,
+        n_head=2,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
+    )
+    return transformers.GPT2LMHeadModel(cfg).eval()
 
 
 def _outputs(out, prompt_len, eos, sep):
@@ -154,6 +239,88 @@ def test_processor_checks_its_arguments(setup):
     tok, eos, label_ids, index, model, prompts = setup
     with pytest.raises(ValueError, match="allowed"):
         LabelLogitsProcessor(index, eos_token_id=eos, allowed=np.ones((2, 3), bool))
+    # An empty subset would leave a row all -inf: NaN probabilities, a torch error in sampling.
+    allowed = np.ones((3, len(label_ids)), bool)
+    allowed[1] = False
+    with pytest.raises(ValueError, match=r"allowed: row 1 allows no label"):
+        LabelLogitsProcessor(index, eos_token_id=eos, allowed=allowed)
     proc = LabelLogitsProcessor(index, eos_token_id=eos)
     with pytest.raises(ValueError, match="scores"):
         proc(prompts, torch.zeros(2, 5))
+
+
+def _is_label(out, prompt_len, eos, label_ids) -> bool:
+    known = {tuple(t) for t in label_ids}
+    return all(
+        p is not None and len(p) == 1 and p[0] in known for p in _outputs(out, prompt_len, eos, ())
+    )
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"prompt_lookup_num_tokens": 3, "do_sample": False},
+        {"prompt_lookup_num_tokens": 3, "do_sample": True},
+        {"assisted": True, "do_sample": True},
+    ],
+    ids=["lookup-greedy", "lookup-sample", "assisted-sample"],
+)
+def test_prompt_lookup_and_assisted_generate_return_only_labels(setup, assistant, kw):
+    tok, eos, label_ids, index, model, _ = setup
+    if kw.pop("assisted", False):
+        kw["assistant_model"] = assistant
+    # Label text in the prompt gives prompt lookup drafts to propose.
+    text = "Category: Beauty > Skin Care > Face; Toys & Games > Puzzles. Category:"
+    prompt = torch.tensor([tok.encode(text).ids])
+    for seed in range(2 if kw["do_sample"] else 1):
+        proc = LabelLogitsProcessor(index, eos_token_id=eos)
+        torch.manual_seed(seed)
+        out = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            logits_processor=[proc],
+            max_new_tokens=12,
+            pad_token_id=eos,
+            **kw,
+        )
+        generated = tok.decode(out[0, prompt.shape[1] :].tolist())
+        assert _is_label(out, prompt.shape[1], eos, label_ids), f"seed {seed}: {generated!r}"
+
+
+@pytest.mark.parametrize("kw", [{"do_sample": False}, {"num_beams": 3}], ids=["greedy", "beam"])
+def test_a_new_generate_call_may_extend_the_last_output(setup, kw):
+    tok, eos, label_ids, index, model, prompts = setup
+    proc = LabelLogitsProcessor(index, eos_token_id=eos)
+
+    def generate(p):
+        return model.generate(
+            p,
+            attention_mask=torch.ones_like(p),
+            logits_processor=[proc],
+            max_new_tokens=12,
+            pad_token_id=eos,
+            **kw,
+        )
+
+    out = generate(prompts[:1])
+    # Once every row has finished, the next call starts over: on the output itself, or on the
+    # output extended by a new prompt.
+    for p in (out, torch.cat([out, prompts[:1]], 1)):
+        again = generate(p)
+        generated = tok.decode(again[0, p.shape[1] :].tolist())
+        assert _is_label(again, p.shape[1], eos, label_ids), f"{generated!r} after {p.tolist()}"
+
+
+def test_a_new_prompt_extending_an_unfinished_output_needs_reset(setup):
+    tok, eos, label_ids, index, model, prompts = setup
+    proc = LabelLogitsProcessor(index, eos_token_id=eos)
+    kw = {"logits_processor": [proc], "pad_token_id": eos, "do_sample": False}
+    p = prompts[:1]
+    cut = model.generate(p, attention_mask=torch.ones_like(p), max_new_tokens=1, **kw)
+    p = torch.cat([cut, p], 1)  # a label without its EOS, then a new prompt
+    kw.update(attention_mask=torch.ones_like(p), max_new_tokens=12)
+    with pytest.raises(ValueError, match=r"row 0 continues the last call .* call reset\(\)"):
+        model.generate(p, **kw)
+    proc.reset()
+    out = model.generate(p, **kw)
+    assert _is_label(out, p.shape[1], eos, label_ids), tok.decode(out[0].tolist())
