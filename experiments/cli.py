@@ -7,6 +7,7 @@ the traceback instead.
 """
 
 import argparse
+import contextlib
 import importlib
 import importlib.metadata
 import os
@@ -146,9 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = module.run(args)
     except Terminated:
-        print(
-            f"genret {name}: stopped by SIGTERM; rerun the same command to resume", file=sys.stderr
-        )
+        print(_stopped_line(name), file=sys.stderr)
         return 143
     except KeyboardInterrupt:
         print(f"genret {name}: interrupted; rerun the same command to resume", file=sys.stderr)
@@ -176,7 +175,21 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, taken as a Ctrl-C (stop_on_sigterm)."""
 
 
+SIGTERM_GRACE_S = 2.0  # how long a command blocked in a device call gets to take a SIGTERM
+# orbax's threads that finish an asynchronous checkpoint save (rqvae.checkpoint.save)
+_ORBAX_SAVE_THREADS = ("async_save", "save_finalize")
+_taken = threading.Event()  # set when the main thread raised Terminated
+_taking = threading.Lock()  # the main thread's handler or the watchdog's exit, never both
+
+
+def _stopped_line(name: str) -> str:
+    command = f"genret {name}".strip()
+    return f"{command}: stopped by SIGTERM; rerun the same command to resume"
+
+
 def _terminated(signum, frame):
+    with _taking:
+        _taken.set()
     raise Terminated
 
 
@@ -185,9 +198,66 @@ def stop_on_sigterm() -> None:
     Ctrl-C does: a checkpoint save in flight finishes first (rqvae.checkpoint.deferred_interrupt
     holds it), stages running beside the pipeline stop with it, and the command says so in one
     line and exits with 143. Without this, SIGTERM ends the process at once, mid-save too. A
-    SIGTERM ignored from the start stays ignored."""
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _terminated)
+    SIGTERM ignored from the start stays ignored.
+
+    Python runs the handler only between bytecodes, so a main thread blocked in a long device
+    call (a jitted loop, a compilation) would take it only when the call returns: minutes, or
+    never before the scheduler's SIGKILL. A watchdog thread, woken by the signal itself
+    (signal.set_wakeup_fd), gives the main thread SIGTERM_GRACE_S seconds to take it; if it has
+    not by then, and no checkpoint save is in flight, it writes the same line and exits with 143.
+    """
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    signal.signal(signal.SIGTERM, _terminated)
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    if previous != -1:  # another's (an event loop's): keep it, and go without the watchdog
+        signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    # A forked child (multiprocessing) would write its own signals into this process's pipe.
+    os.register_at_fork(after_in_child=_no_wakeup_fd)
+    threading.Thread(target=_watch_sigterm, args=(read_fd,), name="sigterm", daemon=True).start()
+
+
+def _no_wakeup_fd() -> None:
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)
+
+
+def _watch_sigterm(read_fd: int) -> None:
+    """stop_on_sigterm's watchdog: the signal numbers Python received arrive as bytes on read_fd."""
+    while True:
+        if signal.SIGTERM not in os.read(read_fd, 64) or _taken.wait(SIGTERM_GRACE_S):
+            continue
+        while not _taken.wait(0.05):
+            if _no_save_in_flight():
+                _exit_stopped()
+
+
+def _no_save_in_flight() -> bool:
+    # A save in the main thread holds SIGTERM by putting its own handler in place of ours
+    # (deferred_interrupt); orbax finishes an asynchronous one in threads of its own. The main
+    # thread cannot begin a save once a SIGTERM is pending: it would take the SIGTERM at its first
+    # Python call, before the save's.
+    saving = any(t.name in _ORBAX_SAVE_THREADS for t in threading.enumerate())
+    return signal.getsignal(signal.SIGTERM) is _terminated and not saving
+
+
+def _exit_stopped() -> None:
+    """The watchdog's end of a command: its one line, exit status 143, no interpreter shutdown
+    (it would wait for the device call)."""
+    name = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in COMMANDS else ""
+    with contextlib.suppress(Exception):  # what the command printed before, as console() does
+        sys.stdout.flush()
+        sys.stderr.flush()
+    with _taking:
+        if _taken.is_set():  # the main thread took it after all and prints the line itself
+            return
+        os.write(2, (_stopped_line(name) + "\n").encode())
+        os._exit(143)
 
 
 def _interrupt_main_thread(signum: int = signal.SIGINT) -> None:
@@ -215,6 +285,8 @@ def keep_interrupts() -> None:
             signum = (
                 signal.SIGTERM if issubclass(unraisable.exc_type, Terminated) else signal.SIGINT
             )
+            if signum == signal.SIGTERM:
+                _taken.clear()  # not taken after all: the watchdog waits for the one sent again
             threading.Timer(0.01, _interrupt_main_thread, (signum,)).start()
         else:
             previous(unraisable)

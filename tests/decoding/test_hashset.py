@@ -170,3 +170,47 @@ def test_verified_search_does_not_recompile_for_a_new_item_set():
         )
         search(*args, HashVerify(hs))
     assert search._cache_size() == 1
+
+
+@pytest.mark.parametrize(("V", "L"), [(5, 3), (2048, 4), (2048, 8)])  # W = 1, 2, 4 key words
+def test_sorted_search_equals_a_set_lookup_at_every_size(V, L):
+    rng = np.random.default_rng(7)
+    # Sizes where the step count changes (bit_length) and a large one (duplicates are stored
+    # once: at V=5, L=3 it leaves at most 125 keys).
+    for n in (1, 7, 8, 1500):
+        stored = rng.integers(0, V, (n, L), dtype=np.int32)
+        # Stored SIDs, the same with the first or last level moved by one (neighbours in key
+        # order, and keys that share all but the most significant word), arbitrary SIDs, the
+        # extremes, and a code outside [0, V).
+        near = stored[rng.integers(0, n, 40)].copy()
+        near[:20, 0] = (near[:20, 0] + 1) % V
+        near[20:, -1] = (near[20:, -1] + V - 1) % V
+        queries = np.concatenate(
+            [
+                stored[rng.integers(0, n, 40)],
+                near,
+                rng.integers(0, V, (40, L), dtype=np.int32),
+                np.full((1, L), 0, np.int32),
+                np.full((1, L), V - 1, np.int32),
+                np.array([[V] + [0] * (L - 1)], np.int32),
+            ]
+        )
+        truth = set(map(tuple, stored.tolist()))
+        want = np.array([tuple(q) in truth for q in queries.tolist()])
+        got = np.asarray(_query("sorted")(SortedKeys.build(stored, vocab_size=V), queries))
+        np.testing.assert_array_equal(got, want, err_msg=f"N={n}, V={V}, L={L}")
+
+
+def test_sorted_search_is_one_loop_whatever_the_catalog_size():
+    # Steps unrolled in the program made XLA:CPU double the call's time with each step once a
+    # key spans two words: linear in N (4,096 queries: 1.1 s at N=16,000, 80 s at 1e6). In a
+    # loop, the program is the same for every N but for the trip count.
+    V, L = 2048, 8
+    q = jnp.zeros((4, L), jnp.int32)
+
+    def size_of_program(n):
+        table = SortedKeys.build(np.random.default_rng(8).integers(0, V, (n, L)), vocab_size=V)
+        return len(jax.make_jaxpr(sorted_contains)(table, q).eqns)
+
+    small, large = size_of_program(10), size_of_program(100_000)
+    assert small == large, f"{small} vs {large} operations: are the search steps unrolled again?"
