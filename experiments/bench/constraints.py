@@ -312,13 +312,19 @@ def _available_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_fits(num_items: int, levels: int, arg: str = "--num-items") -> None:
-    """Refuses sizes whose SIDs and indexes cannot fit in memory, before allocating anything.
+# int32 words per (item, level) that a run holds at its peak, rounded up. Search: random SIDs,
+# their sorted copy, the index and the baselines' tables. Build only: the SIDs, the sort and the
+# index (the 1e8 x 8 row of docs/BENCHMARKS.md peaks at 11.4 GiB, 3.8 words).
+WORDS_SEARCH = 16
+WORDS_BUILD = 5
 
-    The estimate is generous: random SIDs, their sorted copy, the index and the baselines' tables
-    hold about 16 int32 words per (item, level); a Python dict trie far more per node.
-    """
-    need = 16 * 4 * num_items * levels
+
+def check_fits(
+    num_items: int, levels: int, arg: str = "--num-items", *, words: int = WORDS_SEARCH
+) -> None:
+    """Refuses sizes whose SIDs and indexes cannot fit in memory, before allocating anything:
+    `words` int32 words per (item, level) (WORDS_SEARCH, or WORDS_BUILD for a build alone)."""
+    need = words * 4 * num_items * levels
     have = _available_bytes()
     if need > have:
         raise ArgumentError(

@@ -12,6 +12,8 @@ import sys
 from data import atomic
 from data.errors import ArgumentError
 from experiments.bench.constraints import (
+    WORDS_BUILD,
+    WORDS_SEARCH,
     BenchConfig,
     check_fits,
     measure_build,
@@ -33,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if args.num_items < 1 or args.vocab < 2:
         raise ArgumentError("--num-items must be >= 1 and --vocab >= 2")
     cfg = bench_config(args, num_items=args.num_items, vocab=args.vocab)
-    check_fits(args.num_items, args.levels)
+    check_fits(args.num_items, args.levels, words=WORDS_BUILD if args.build_only else WORDS_SEARCH)
     if args.build_only:
         result = measure_build(cfg)
     else:

@@ -32,3 +32,19 @@ def test_unknown_method_is_a_one_line_error(capsys):
     assert cli.main(["bench-constraints", *TINY, "--methods", "static,nope"]) == 1
     err = capsys.readouterr().err
     assert "nope" in err and err.count("\n") == 1
+
+
+def test_build_only_is_charged_for_a_build_not_a_search(monkeypatch, capsys):
+    """The 1e8 x 8 build of docs/BENCHMARKS.md (peak 11.4 GiB) passes the memory guard with
+    20 GiB free; the same size searched is refused, naming --num-items."""
+    from experiments.bench import constraints as bench
+    from experiments.commands import bench_constraints as command
+
+    monkeypatch.setattr(bench, "_available_bytes", lambda: 20 * 2**30)
+    monkeypatch.setattr(command, "measure_build", lambda cfg: {"num_items": cfg.num_items})
+    args = ["bench-constraints", "--num-items", "100000000", "--vocab", "2048", "--levels", "8"]
+    assert cli.main([*args, "--build-only"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"num_items": 100_000_000}
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--num-items 100,000,000" in err and "GiB" in err
