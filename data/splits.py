@@ -86,52 +86,105 @@ def _remove(h: Histories, drop: np.ndarray) -> Histories:
     return Histories(items=h.items[keep], times=h.times[keep], offsets=offsets)
 
 
-def cold_start_split(
-    ds: InteractionData, fraction: float, *, exclude: Bool[np.ndarray, " N"] | None = None
-) -> ColdStartSplit:
-    """Cold set = newest items; a test user has >= 1 item before its first cold one.
-
-    Items in `exclude` are removed from every history and never join the cold set, which is then
-    the newest `fraction` of the remaining items (see validation_split).
-    """
-    first_time = np.asarray(ds.catalog.first_time)
-    h = ds.histories
-    if exclude is None:
-        cold_mask = cold_start_items(first_time, fraction)
-    else:
-        exclude = np.asarray(exclude, bool)
-        if exclude.shape != first_time.shape:
-            raise ValueError(f"exclude: expected shape {first_time.shape}, got {exclude.shape}")
-        cold_mask = np.zeros(len(first_time), bool)
-        cold_mask[~exclude] = cold_start_items(first_time[~exclude], fraction)
-        h = _remove(h, exclude[h.items])
-    is_cold = cold_mask[h.items]
+def _positions(h: Histories) -> tuple[np.ndarray, np.ndarray]:
+    """(user, position within the user's history) of every entry of h."""
     user_of = np.repeat(np.arange(len(h)), h.lengths())
-    pos = np.arange(len(h.items)) - h.offsets[user_of]
-    first_cold = np.full(len(h), -1, np.int64)
+    return user_of, np.arange(len(h.items)) - h.offsets[user_of]
+
+
+def _first_cold(h: Histories, cold_mask: np.ndarray) -> np.ndarray:
+    """Per user, the position of the first cold item in h (-1 where none)."""
+    user_of, pos = _positions(h)
+    first = np.full(len(h), -1, np.int64)
     # Reversed assignment leaves the smallest position per user.
-    idx = np.flatnonzero(is_cold)[::-1]
-    first_cold[user_of[idx]] = pos[idx]
+    idx = np.flatnonzero(cold_mask[h.items])[::-1]
+    first[user_of[idx]] = pos[idx]
+    return first
+
+
+def _from_target(h: Histories, cold_mask: np.ndarray) -> np.ndarray:
+    """The entries of h that a test user (first cold item at position >= 1) made from their
+    target, that first cold item, on."""
+    first = _first_cold(h, cold_mask)
+    user_of, pos = _positions(h)
+    return (first[user_of] >= 1) & (pos >= first[user_of])
+
+
+def _held_out(h: Histories, cold_mask: np.ndarray) -> np.ndarray:
+    """The entries of h that a cold-start split keeps out of training."""
+    return cold_mask[h.items] | _from_target(h, cold_mask)
+
+
+def _cold_split(
+    h: Histories, first_time: np.ndarray, fraction: float, exclude: np.ndarray
+) -> ColdStartSplit:
+    """The cold-start split of h, whose cold set is the newest `fraction` of the items outside
+    `exclude` (h holds none of `exclude`)."""
+    cold_mask = np.zeros(len(first_time), bool)
+    cold_mask[~exclude] = cold_start_items(first_time[~exclude], fraction)
+    first_cold = _first_cold(h, cold_mask)
     test_users = np.flatnonzero(first_cold >= 1).astype(np.int32)
     ends = first_cold[test_users]
     return ColdStartSplit(
         fraction=fraction,
         cold_mask=cold_mask,
         cold_items=np.flatnonzero(cold_mask).astype(np.int32),
-        train=_remove(h, is_cold),
+        train=_remove(h, _held_out(h, cold_mask)),
         test_users=test_users,
         test_histories=_prefixes(h, test_users, ends),
         test_targets=h.items[h.offsets[test_users] + ends].astype(np.int32),
     )
 
 
+def cold_start_split(ds: InteractionData, fraction: float) -> ColdStartSplit:
+    """Cold set = newest items; a test user has >= 1 item before its first cold one.
+
+    Training keeps every user's history without the cold items, each test user's cut before
+    their target: nothing a test user did at or after it reaches training.
+    """
+    first_time = np.asarray(ds.catalog.first_time)
+    return _cold_split(ds.histories, first_time, fraction, np.zeros(len(first_time), bool))
+
+
 def validation_split(ds: InteractionData, fraction: float) -> ColdStartSplit:
     """The cold-start protocol moved into the training period, for tuning without test targets.
 
-    The real cold items are removed from every history; the newest `fraction` of the remaining
-    items become a pseudo cold set, with its own training histories and test cases.
+    It runs on what the test split trains on (real cold items removed, real test users cut
+    before their targets): the newest `fraction` of the remaining items become a pseudo cold
+    set, with its own training histories and test cases.
     """
-    return cold_start_split(ds, fraction, exclude=cold_start_items(ds.catalog.first_time, fraction))
+    real = cold_start_split(ds, fraction)
+    return _cold_split(real.train, np.asarray(ds.catalog.first_time), fraction, real.cold_mask)
+
+
+def tokenizer_histories(ds: InteractionData, fractions: tuple[float, ...]) -> Histories:
+    """The interactions that the tokenizer may read: those that every split trains on.
+
+    Each user's last two items are dropped where leave-one-out holds them out (>= 3 items), and
+    for each cold-start fraction what its test split and its validation split hold out (the
+    cold items, and each test user's interactions from their target on). The validation
+    split's pseudo cold items stay: they are warm items of the test split.
+    """
+    h = ds.histories
+    n = h.lengths()
+    user_of, pos = _positions(h)
+    drop = (n[user_of] >= 3) & (pos >= n[user_of] - 2)
+    for fraction in fractions:
+        real = cold_start_split(ds, fraction)
+        real_drop = _held_out(h, real.cold_mask)
+        val = validation_split(ds, fraction)
+        val_drop = _from_target(real.train, val.cold_mask)
+        # real.train holds the entries of h that real_drop keeps, in order.
+        drop |= real_drop
+        drop[np.flatnonzero(~real_drop)[val_drop]] = True
+    return _remove(h, drop)
+
+
+def first_times(h: Histories, num_items: int) -> Int[np.ndarray, " N"]:
+    """Each item's first interaction time in h; the int64 maximum (the newest) where it has none."""
+    out = np.full(num_items, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(out, np.asarray(h.items, np.int64), np.asarray(h.times, np.int64))
+    return out
 
 
 def leave_one_out(ds: InteractionData | Histories) -> LeaveOneOutSplit:

@@ -2,11 +2,11 @@
 close together in time get nearby vectors, so the RQ-VAE can give them shared SID prefixes.
 
 Counts of item pairs up to `window` positions apart in the training histories, positive pointwise
-mutual information (PPMI), truncated SVD (scikit-learn's, as for TF-IDF). Only interactions that
-every split trains on are read, so the SIDs leak no evaluation target: each user's last
-`holdout_last` items (leave-one-out's validation and test targets) and every item of the largest
-cold-start set are left out. Items left without a pair (the cold ones) get their vector from
-their text, by a ridge regression fitted on the items that have one.
+mutual information (PPMI), truncated SVD (scikit-learn's, as for TF-IDF). The histories given
+are the interactions that every split trains on (data.splits.tokenizer_histories), so the SIDs
+leak no evaluation target; the held-out items are left out of them too. Items left without a
+pair (the cold ones) get their vector from their text, by a ridge regression fitted on the items
+that have one.
 """
 
 import numpy as np
@@ -68,17 +68,17 @@ def cooccurrence_vectors(
     dim: int,
     window: int,
     seed: int,
-    holdout_last: int = 2,
 ) -> tuple[Float[np.ndarray, "N C"], Bool[np.ndarray, " N"]]:
     """(L2-normalized collaborative vectors [N, dim], which items have their own); the others'
-    are predicted from `text`."""
+    are predicted from `text`. `histories` are what the tokenizer may read, `excluded` items
+    are left out of them."""
     from sklearn.decomposition import TruncatedSVD
     from sklearn.linear_model import Ridge
 
     n = len(text)
     if len(excluded) != n or (len(histories.items) and histories.items.max() >= n):
         raise ValueError(f"cooccurrence: histories and masks must index the {n} catalog items")
-    counts = cooccurrence_counts(training_sequences(histories, excluded, holdout_last), n, window)
+    counts = cooccurrence_counts(training_sequences(histories, excluded, 0), n, window)
     has = np.asarray(counts.getnnz(axis=1)).ravel() > 0
     k = min(dim, n - 1, max(int(has.sum()) - 1, 0))
     out = np.zeros((n, dim), np.float32)

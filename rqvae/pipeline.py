@@ -15,19 +15,22 @@ def tokenize_catalog(
     catalog: Catalog,
     out_dir: Path,
     *,
+    histories: Histories,
     cache_dir: Path | None,
     cold_fraction: float,
-    histories: Histories | None = None,
     progress: bool = True,
 ) -> dict:
     """Embeds the catalog (with `rqvae.cf_dim`, also the co-occurrence in `histories`), fits on
     all items or (fit_on=warm) on those outside the newest `cold_fraction`, and writes the SIDs of
-    all items to `out_dir`; returns the metrics."""
+    all items to `out_dir`; returns the metrics.
+
+    `histories` are the interactions the tokenizer may read (data.splits.tokenizer_histories):
+    items are ranked by their first interaction there, those with none counted newest, so that
+    no held-out interaction decides which items are left out.
+    """
     x = embed_texts(catalog.texts, cfg, cache_dir)
-    cold = splits.cold_start_items(catalog.first_time, cold_fraction)
+    cold = splits.cold_start_items(splits.first_times(histories, len(x)), cold_fraction)
     if cfg.cf_dim:
-        if histories is None:
-            raise ValueError("rqvae.cf_dim > 0 needs the users' histories")
         cf, _ = cooccurrence_vectors(
             histories, x, cold, dim=cfg.cf_dim, window=cfg.cf_window, seed=cfg.seed
         )

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 import rqvae
-from data import atomic, prepared
+from data import atomic, prepared, splits
 from data.config import amazon_category
 from data.environment import environment
 from data.errors import ArgumentError, ArtifactError
@@ -79,13 +79,16 @@ def train_tokenizer(cfg: Config, layout: RunLayout, *, progress: bool = True) ->
     # MiniLM loads from the model files inside its package; never ask a hub.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # It reads only what every split of this run trains on; a leave-one-out run ranks the items
+    # it leaves out by their first training interaction, a cold-start run leaves the cold set out.
+    fractions = cfg.eval.cold_start_fractions if cfg.eval.cold else ()
     metrics = tokenize_catalog(
         cfg.rqvae,
         ds.catalog,
         layout.tokenizer,
+        histories=splits.tokenizer_histories(ds, fractions),
         cache_dir=layout.embeddings,
         cold_fraction=max(cfg.eval.cold_start_fractions),
-        histories=ds.histories,
         progress=progress,
     )
     sids, _ = rqvae.load_sids(layout.tokenizer)

@@ -93,13 +93,13 @@ def test_real_dataset_needs_a_raw_dir(tmp_path):
         prepared.prepare(DataConfig(dataset="beauty"), None, tmp_path / "prepared")
 
 
-# Content keys of the Tiny fixture at FINGERPRINT_VERSION 2: a change of these means every
+# Content keys of the Tiny fixture at FINGERPRINT_VERSION 3: a change of these means every
 # prepared folder is rebuilt, which needs a new fingerprint version (CHANGELOG.md).
 KEYS = {
-    "beauty": "66ae62f6a9d6cd76de8356c736e983f529b12530ca8dc26e077e8dc9c42be58d",
-    "sports_small": "5dcb3c5acb539d2252f1bbee0d5ae03a272f0a9d28db4f5e40933f0d5cb86f73",
-    "synthetic": "a8cfee667974587a902c4f9ae02c9690b3c4ef84df90293179d3ac943e59508b",
-    "toys_nofive_skip": "db6b4e6f286e7478cfb37179c38fa5881403b387da5f9ddd37948a50a414dc58",
+    "beauty": "6fa603f40c90d5fc602f88f40a25d06ae75c6c9f0cefc38f0c3e2e567d5d221f",
+    "sports_small": "f54e65a3be3e8403dd320ab509d9a6f1351c089f37c7f97a47c2499505f22df4",
+    "synthetic": "8ef214718434f03c5a7d329fa3321438713d302601c71ff42edaeaa08ec49aba",
+    "toys_nofive_skip": "6bca570805af4072220a00ca0f1a1dd312aaec62a510b92945b3601dcfcec43a",
 }
 CONFIGS = {
     "beauty": DataConfig(dataset="beauty"),

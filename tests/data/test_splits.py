@@ -56,8 +56,10 @@ def test_cold_start_split():
     )
     s = splits.cold_start_split(ds, 1 / 3)
     assert s.cold_items.tolist() == [4, 5] and s.cold_items.dtype == np.int32
-    assert s.train.items.tolist() == [0, 1, 2, 0, 1, 2, 3, 1]
-    assert s.train.lengths().tolist() == [3, 2, 2, 1]
+    # Test users 0 and 3 are cut before their targets (user 0's 2 after the cold 4 is gone);
+    # user 1, whose history starts cold, keeps its warm items.
+    assert s.train.items.tolist() == [0, 1, 0, 1, 2, 3, 1]
+    assert s.train.lengths().tolist() == [2, 2, 2, 1]
     # User 1 starts with a cold item (no history before it) and is not a test user.
     assert s.test_users.tolist() == [0, 3]
     assert [s.test_histories[j].tolist() for j in range(2)] == [[0, 1], [1]]
@@ -119,12 +121,15 @@ def test_cold_start_split_invariants(items, first_time, fraction):
     s = splits.cold_start_split(ds, fraction)
     assert s.cold_mask.sum() >= np.ceil(fraction * 12) and len(s.train) == len(items)
     assert not s.cold_mask[s.train.items].any()
-    assert s.train.items.size == (~s.cold_mask[ds.histories.items]).sum()
     for j, u in enumerate(s.test_users.tolist()):
         h = ds.histories[u].tolist()
         first = next(k for k, i in enumerate(h) if s.cold_mask[i])
         assert first >= 1 and s.test_targets[j] == h[first]
         assert s.test_histories[j].tolist() == h[:first]
+        # Nothing the test user did at or after the target is trained on.
+        assert s.train[u].tolist() == h[:first]
+    for u in set(range(len(items))) - set(s.test_users.tolist()):
+        assert s.train[u].tolist() == [i for i in items[u] if not s.cold_mask[i]]
     expected = [u for u, h in enumerate(items) if any(s.cold_mask[h]) and not s.cold_mask[h[0]]]
     assert s.test_users.tolist() == expected
 
@@ -165,3 +170,75 @@ def test_outside_holdouts_gives_the_positions_of_users_in_no_holdout():
     rows = splits.holdout_rows(50, 10, seed=1)
     rest = splits.outside_holdouts(np.arange(50), rows)
     assert len(rest) == 40 and not np.isin(rest, rows).any()
+
+
+def _synthetic(tmp_path, **kw):
+    from data import amazon, synthetic
+    from data.config import SyntheticConfig
+
+    synthetic.generate(
+        SyntheticConfig(num_items=300, num_users=400, num_categories=6, **kw), tmp_path
+    )
+    return amazon.read_raw_dir(tmp_path)
+
+
+def _entries(h: Histories) -> set[tuple[int, int, int]]:
+    """(user, item, time) of every entry: histories hold no duplicate entries here."""
+    user_of = np.repeat(np.arange(len(h)), h.lengths())
+    return set(zip(user_of.tolist(), h.items.tolist(), h.times.tolist(), strict=True))
+
+
+def _after_targets(h: Histories, users, histories) -> set[tuple[int, int, int]]:
+    """The entries of `users` from their target (position len(histories[j])) on."""
+    out = set()
+    for j, u in enumerate(np.asarray(users).tolist()):
+        start = len(histories[j])
+        for t in range(start, len(h[u])):
+            out.add((u, int(h[u][t]), int(h.times_of(u)[t])))
+    return out
+
+
+@pytest.mark.parametrize("fraction", [0.02, 0.05, 0.2])
+def test_no_test_interaction_at_or_after_the_cold_target_is_trained_on(tmp_path, fraction):
+    """The test split and the cold-val split: training holds no cold item and nothing a test
+    user did from their target on; the tokenizer's histories hold neither, for both splits."""
+    ds = _synthetic(tmp_path)
+    real = splits.cold_start_split(ds, fraction)
+    val = splits.validation_split(ds, fraction)
+    assert len(real.test_users) > 10 and len(val.test_users) > 10
+    leaked = _after_targets(ds.histories, real.test_users, real.test_histories)
+    assert leaked, "the fixture has test users with interactions after their targets"
+    for split in (real, val):
+        assert not split.cold_mask[split.train.items].any()
+        assert not real.cold_mask[split.train.items].any()
+        assert not _entries(split.train) & leaked
+    # The validation split's own test users, on the histories it is built from.
+    val_leaked = _after_targets(real.train, val.test_users, val.test_histories)
+    assert val_leaked and not _entries(val.train) & val_leaked
+    tok = splits.tokenizer_histories(ds, (fraction,))
+    assert not real.cold_mask[tok.items].any()
+    assert not _entries(tok) & (leaked | val_leaked)
+    # The pseudo cold items stay readable for the tokenizer: they are warm items at test time.
+    assert val.cold_mask[tok.items].any()
+
+
+def test_tokenizer_histories_hold_out_the_last_two_items(tmp_path):
+    ds = _synthetic(tmp_path)
+    loo = splits.leave_one_out(ds)
+    tok = splits.tokenizer_histories(ds, ())
+    assert [tok[u].tolist() for u in range(len(tok))] == [
+        loo.train[u].tolist() for u in range(len(tok))
+    ]
+    both = splits.tokenizer_histories(ds, (0.02, 0.05))
+    assert _entries(both) <= _entries(tok) & _entries(splits.cold_start_split(ds, 0.05).train)
+
+
+def test_first_times_counts_only_the_given_histories():
+    h = Histories.from_lists([[2, 0], [0, 3]], times=[[5, 7], [4, 9]])
+    assert splits.first_times(h, 5).tolist() == [
+        4,
+        np.iinfo(np.int64).max,
+        5,
+        9,
+        np.iinfo(np.int64).max,
+    ]

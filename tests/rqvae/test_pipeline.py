@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from data.types import Catalog
+from data.types import Catalog, Histories
 from rqvae import load_sids
 from rqvae.config import RQVAEConfig
 from rqvae.pipeline import summary, tokenize_catalog
@@ -41,10 +41,13 @@ def test_tokenize_catalog_warm(tmp_path):
     import dataclasses
 
     cfg = dataclasses.replace(CFG, fit_on="warm")
+    # Each item's first interaction at its index: the newest quarter is left out of the fit.
+    histories = Histories.from_lists([list(range(40))])
     m = tokenize_catalog(
         cfg,
         _catalog(),
         tmp_path / "tok",
+        histories=histories,
         cache_dir=tmp_path / "emb",
         cold_fraction=0.25,
         progress=False,
