@@ -36,14 +36,13 @@ def warmup_cosine(cfg: SeqModelConfig, total_steps: int) -> optax.Schedule:
     )
 
 
-def traced_warmup_cosine(cfg: SeqModelConfig, count: jax.Array, total_steps: jax.Array):
-    """`warmup_cosine(cfg, total_steps)(count)` for a `total_steps` known only when the program
-    runs (an int32 scalar), so that one compiled train step serves every schedule length.
+def traced_warmup_cosine(cfg: SeqModelConfig, count: jax.Array, total_steps: jax.Array | int):
+    """`warmup_cosine(cfg, total_steps)(count)` for a `total_steps` that may be known only when
+    the program runs (an int32 scalar), so that one compiled train step serves every length.
 
-    Written as XLA compiles optax's schedule for a scalar step, constants folded: a division by
-    a constant becomes a product with its float32 reciprocal, and pi joins that product, so a
-    train step computes the same float32 learning rates either way, to the last bit
-    (tests/seqmodel/test_state.py checks every step of several lengths).
+    The optimizer computes its rates here whether the length is a constant or an argument, and
+    gets the same float32 bits both ways; optax's own schedule agrees to float32 rounding (how
+    XLA folds its constants changes between releases). tests/seqmodel/test_state.py checks both.
     """
     peak = cfg.learning_rate
     total = jnp.asarray(total_steps, jnp.int32)
@@ -66,8 +65,11 @@ def scale_by_warmup_cosine(
 ) -> optax.GradientTransformationExtraArgs:
     """optax.scale_by_learning_rate(warmup_cosine(cfg, total_steps)), whose update also takes
     `total_steps=` (an int32 scalar) to run a schedule of that length instead: the length then is
-    an argument of the compiled step, not a constant of it."""
-    fixed = optax.scale_by_learning_rate(warmup_cosine(cfg, total_steps))
+    an argument of the compiled step, not a constant of it. Both compute the rate by
+    traced_warmup_cosine, so they take the same steps to the last bit."""
+    fixed = optax.scale_by_learning_rate(
+        lambda count: traced_warmup_cosine(cfg, count, total_steps)
+    )
 
     def update(updates, state, params=None, *, total_steps=None, **extra_args):
         if total_steps is None:
