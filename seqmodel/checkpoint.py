@@ -33,7 +33,10 @@ class Checkpoints:
 
     def save(self, step: int, state, iterator, progress: dict, *, best: bool) -> None:
         """Saves the state, the grain iterator position and the loop's progress record."""
-        managers = [self.latest, self.best] if best else [self.latest]
+        # The best one first, committed before the latest one starts: a resume restores the
+        # latest one, whose progress record names its best step, so that step must be in best/
+        # however the process ends (a kill between two concurrent commits could lose it).
+        managers = [self.best, self.latest] if best else [self.latest]
         with deferred_interrupt():
             for manager in managers:
                 manager.save(
@@ -44,10 +47,9 @@ class Checkpoints:
                         progress=ocp.args.JsonSave(progress),
                     ),
                 )
-            # Both managers must finish before the next save donates (invalidates) the state
-            # buffers; a Ctrl-C meanwhile is held so no step is left half-written.
-            self.latest.wait_until_finished()
-            self.best.wait_until_finished()
+                # Each must finish before the next save donates (invalidates) the state
+                # buffers; a Ctrl-C meanwhile is held so no step is left half-written.
+                manager.wait_until_finished()
 
     def latest_step(self) -> int | None:
         return self.latest.latest_step()
@@ -85,6 +87,12 @@ class Checkpoints:
             self._set_aside(name, step, error, steps[i + 1 :], last="none left")
         why = "none restores (see the lines above)" if steps else "none saved"
         raise FileNotFoundError(f"{self.directory}: no usable checkpoint, {why}; train again")
+
+    def best_params_step(self) -> int | None:
+        """The step `restore_best_params` reads first (its best, else its newest latest one):
+        after it returned, the step it restored, as those that failed were set aside."""
+        steps = self._steps("best", "latest")
+        return steps[0][1] if steps else None
 
     def wait(self) -> None:
         with deferred_interrupt():

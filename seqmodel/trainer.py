@@ -5,6 +5,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import os
 import shutil
 import sys
 import time
@@ -189,10 +190,12 @@ class Trainer:
 
         Every `schedule.eval_every` steps (and at the last) `validate(state)` gives a row of
         fields, its `score` (higher is better) keeps the best checkpoint and counts towards
-        early stopping; then the state, the iterator position and the early-stopping record are
-        saved. `row(host metrics)` gives each step's row; metrics.jsonl gets every step's row and
-        each validation's, or with `log_steps` False one row per save (the step's fields and the
-        validation's together). Only process 0 writes the run's files.
+        early stopping; then the rows up to that step reach metrics.jsonl, and only then are the
+        state, the iterator position and the early-stopping record saved, so that every
+        checkpoint's rows are on disk however the process ends. `row(host metrics)` gives each
+        step's row; metrics.jsonl gets every step's row and each validation's, or with `log_steps`
+        False one row per save (the step's fields and the validation's together). Only process
+        0 writes the run's files.
         """
         workdir = Path(run.workdir)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -239,9 +242,13 @@ class Trainer:
                         if score is not None:
                             better = record_validation(progress, step, result[score])
                         window.append({"step": step, **result})
-                    ckpts.save(step, state, batches, dict(progress), best=better)
+                    # Rows first, then the checkpoint: a kill between the two leaves rows past the
+                    # newest checkpoint, which the resume trims (start_or_resume) and writes
+                    # again. The other order would commit a step whose rows die with the process
+                    # (a Ctrl-C held by the save is raised as it ends): a hole in the log.
                     if lead:
                         append_metrics(metrics_path, window if log_steps else [{**last, **result}])
+                    ckpts.save(step, state, batches, dict(progress), best=better)
                     bar.set_postfix(_postfix(last, elapsed, tokens, result, score))
                     window = []
                     t0 = time.perf_counter()
@@ -409,6 +416,9 @@ def read_metrics(path: Path, upto_step: int | None = None) -> list[dict]:
 
 
 def append_metrics(path: Path, rows: list[dict]) -> None:
-    """Adds rows to a metrics log (one JSON object a line)."""
+    """Adds rows to a metrics log (one JSON object a line), on disk before it returns: the
+    checkpoint saved next must not outlive them."""
     with open(path, "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
+        f.flush()
+        os.fsync(f.fileno())

@@ -221,6 +221,24 @@ def _environment_lines(results: dict[str, dict]) -> list[str]:
     return lines
 
 
+def _checkpoint_lines(results: dict[str, dict]) -> list[str]:
+    """One line per retriever checkpoint the results evaluated (artifacts.evaluated_checkpoint),
+    naming the results of each, and the run's best step where it was another."""
+    groups: dict[tuple, list[str]] = {}
+    for name, r in results.items():
+        if "evaluated_step" in r:
+            rdir = Path(r.get("retriever") or "retriever").name
+            key = (rdir, r["evaluated_step"], r.get("best_step"), bool(r.get("fallback")))
+            groups.setdefault(key, []).append(name)
+    lines = []
+    for (rdir, step, best, fallback), names in groups.items():
+        how = ", its best" if best == step else ""
+        if fallback:
+            how = f", not its best: step {best} does not restore (damaged or missing)"
+        lines.append(f"- Evaluated `{rdir}` at step {step}{how} ({', '.join(names)}).")
+    return lines
+
+
 def _run_section(cfg: Config, layout: RunLayout, results: dict[str, dict]) -> list[str]:
     """Which preset, dataset, config and environment made these numbers."""
     data = cfg.data
@@ -237,6 +255,7 @@ def _run_section(cfg: Config, layout: RunLayout, results: dict[str, dict]) -> li
             else "nowhere: the papers did not measure this dataset."
         ),
         *_environment_lines(results),
+        *_checkpoint_lines(results),
         "",
         "<details><summary>config</summary>\n",
         "```json",

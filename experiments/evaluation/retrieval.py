@@ -44,6 +44,7 @@ from experiments.evaluation.baselines import (
 )
 from experiments.evaluation.report import CONTENT_PRIOR, COOCCURRENCE_PRIOR
 from experiments.pipeline.artifacts import (
+    evaluated_checkpoint,
     load_dataset,
     load_retriever,
     load_sids,
@@ -351,6 +352,7 @@ def evaluate_cold_start(
     ds, sids = load_inputs(cfg, layout)
     rdir = layout.retriever(which)
     model = load_retriever(layout, which)
+    checkpoint = evaluated_checkpoint(rdir)  # after the load: the step it restored
     split = (validation_split if validation else cold_start_split)(ds, fraction)
     V, L = model.space.codebook_size, model.space.num_levels
     targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
@@ -406,6 +408,7 @@ def evaluate_cold_start(
     if cfg.eval.cold_content_weight:
         result["scoring"]["content_weight"] = cfg.eval.cold_content_weight
         result["scoring"]["content_temperature"] = cfg.eval.cold_content_temperature
+    result.update(checkpoint)
     result["environment"] = environment()
     atomic.write_json(layout.cold_start_result(fraction, validation=validation), result)
     return result
@@ -437,6 +440,7 @@ def evaluate_warm(
     ds, sids = load_inputs(cfg, layout)
     rdir = layout.retriever(loo)
     model = load_retriever(layout, loo)
+    checkpoint = evaluated_checkpoint(rdir)  # after the load: the step it restored
     # A missing member of the pipeline's own: the one-line "run the pipeline", before any is loaded.
     own = [require_retriever(layout, Split("loo", seed=s)) for s in cfg.eval.warm_ensemble_seeds]
     ensemble = [*own, *ensemble]
@@ -537,6 +541,7 @@ def evaluate_warm(
             "weight": cfg.eval.warm_cooc_weight,
             "smoothing": cfg.eval.warm_cooc_smoothing,
         }
+    result.update(checkpoint)
     result["environment"] = environment()
     atomic.write_json(layout.validation_warm_result if validation else layout.warm_result, result)
     return result

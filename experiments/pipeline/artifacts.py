@@ -14,7 +14,7 @@ from data.types import InteractionData
 from experiments.config import Config
 from experiments.pipeline.layout import RunLayout, Split
 from rqvae.sids import check_sids_match
-from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE
+from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE, SUMMARY_FILE
 from seqmodel.state import Retriever
 
 _loaded: dict[str, tuple[str, InteractionData]] = {}
@@ -124,14 +124,53 @@ def trained_on(
     return info.get("inputs") == inputs_fingerprint(seq, data)
 
 
-def load_json_result(path: Path) -> dict:
-    """A results file, or an ArtifactError naming it (the ledger's check of an evaluation)."""
+def evaluated_checkpoint(rdir: Path) -> dict:
+    """The fields a results file records of the retriever checkpoint it evaluated: the step that
+    `load_retriever` restores from `rdir` (its best; where that one does not restore, the newest
+    that does, the others having been set aside), the run's best step (train_summary.json's; None
+    before training ends), whether the two differ (`fallback`), and the retriever's directory."""
+    from seqmodel.checkpoint import Checkpoints
+
+    ckpts = Checkpoints(Path(rdir) / CHECKPOINTS_DIR)
     try:
-        return json.loads(Path(path).read_text())
+        step = ckpts.best_params_step()
+    finally:
+        ckpts.close()
+    try:
+        best = json.loads((Path(rdir) / SUMMARY_FILE).read_text()).get("best_step")
+    except (OSError, ValueError, AttributeError):
+        best = None
+    return {
+        "retriever": str(Path(rdir).resolve()),
+        "evaluated_step": step,
+        "best_step": best,
+        "fallback": best is not None and step != best,
+    }
+
+
+def load_json_result(path: Path) -> dict:
+    """A results file, or an ArtifactError naming it (the ledger's check of an evaluation).
+
+    Also an ArtifactError when the retriever it evaluated (`evaluated_checkpoint`) now restores
+    another step, as when its best checkpoint no longer restores and loading it falls back to
+    another: the evaluation's output would change, so the pipeline runs it again.
+    """
+    try:
+        result = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise ArtifactError(
             f"{path}: cannot be read ({type(e).__name__}); rerun the stage that writes it"
         ) from None
+    rdir, step = result.get("retriever"), result.get("evaluated_step")
+    # Results from before steps were recorded, or whose retriever has moved: nothing to compare.
+    if isinstance(rdir, str) and step is not None and (Path(rdir) / CHECKPOINTS_DIR).is_dir():
+        now = evaluated_checkpoint(Path(rdir))["evaluated_step"]
+        if now != step:
+            raise ArtifactError(
+                f"{path}: evaluated step {step} of {rdir}, which now restores step {now} (its "
+                "best checkpoint no longer restores, or it trained on); rerun the evaluation"
+            )
+    return result
 
 
 def split_examples(

@@ -1,5 +1,7 @@
 """Retriever checkpoints: best is not latest, a damaged one is moved aside in one line and the next
-one tried, a killed run whose newest checkpoint is damaged resumes exactly, Ctrl-C waits."""
+one tried, a killed run whose newest checkpoint is damaged resumes exactly, Ctrl-C waits; an
+evaluation that falls back from a damaged best records the step it evaluated, the report names
+it and the pipeline's ledger runs the evaluation again."""
 
 import dataclasses
 import json
@@ -11,8 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments import cli
+from experiments.config import load_json
+from experiments.evaluation.report import write_report
+from experiments.pipeline.artifacts import load_json_result, load_retriever
+from experiments.pipeline.layout import RunLayout, Split
+from experiments.pipeline.ledger import Ledger, Stage
 from seqmodel.checkpoint import Checkpoints
 from seqmodel.train import train_and_evaluate
+from tests.experiments.evaluation.test_cold_start import TRAIN_FAST, workdir  # noqa: F401
 from tests.rqvae.test_checkpoint_recovery import damage
 from tests.seqmodel.test_train import CFG, _data, _logged, _params
 
@@ -87,6 +96,16 @@ def test_nothing_restores_returns_none_and_leaves_the_iterator_at_the_start(tmp_
     ckpts.close()
 
 
+def test_best_params_step_is_the_step_restore_best_params_reads(tmp_path):
+    ckpts, _ = _saved(tmp_path, {1: True, 2: False})
+    assert ckpts.best_params_step() == 1
+    damage(tmp_path / "ck" / "best" / "1", "truncate")
+    assert int(ckpts.restore_best_params(ABSTRACT)["step"]) == 2
+    assert ckpts.best_params_step() == 2, "not the step the fallback restored"
+    ckpts.close()
+    assert Checkpoints(tmp_path / "empty").best_params_step() is None
+
+
 def test_damaged_best_falls_back_to_latest_then_fails_in_one_line(tmp_path):
     ckpts, lines = _saved(tmp_path, {1: True, 2: False})
     damage(tmp_path / "ck" / "best" / "1", "truncate")
@@ -126,8 +145,8 @@ CFG6 = dataclasses.replace(CFG, max_steps=6)
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory):
     """An uninterrupted 6-step run: its work directory and result."""
-    workdir = tmp_path_factory.mktemp("straight")
-    return workdir, train_and_evaluate(CFG6, workdir, _data(), show_progress=False)
+    directory = tmp_path_factory.mktemp("straight")
+    return directory, train_and_evaluate(CFG6, directory, _data(), show_progress=False)
 
 
 @pytest.mark.slow
@@ -142,10 +161,10 @@ def test_killed_run_with_damaged_newest_checkpoint_resumes_exactly(tmp_path, cap
     lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
     assert len(lines) == 2 and lines[1] == "resumed from step 2 of 6", lines
     assert "latest/4: cannot restore" in lines[0] and lines[0].endswith("trying latest step 2")
-    workdir, result = straight
+    directory, result = straight
     assert resumed.summary["steps"] == 6
     assert resumed.summary["best_step"] == result.summary["best_step"]
-    assert _logged(tmp_path) == _logged(workdir), "falling back changed losses or recalls"
+    assert _logged(tmp_path) == _logged(directory), "falling back changed losses or recalls"
     for a, b in zip(_params(result), _params(resumed), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -165,3 +184,48 @@ def test_killed_run_with_every_latest_checkpoint_damaged_starts_over(tmp_path, c
     assert len(lines) == 2 and lines[-1].endswith("starting from step 0"), lines
     assert resumed.summary["steps"] == 6
     assert _logged(tmp_path) == _logged(straight[0]), "starting over is not a fresh run"
+
+
+def _evaluated(layout: RunLayout) -> tuple:
+    r = json.loads(layout.warm_result.read_text())
+    return r["retriever"], r["evaluated_step"], r["best_step"], r["fallback"]
+
+
+@pytest.mark.slow
+def test_an_evaluation_falling_back_from_a_damaged_best_says_so(workdir, capsys):  # noqa: F811
+    w, layout = str(workdir), RunLayout(workdir)
+    assert cli.main(["train-retriever", "--workdir", w, "--split", "loo", *TRAIN_FAST]) == 0
+    assert cli.main(["eval-warm", "--workdir", w, "--no-progress"]) == 0
+    rdir = layout.retriever(Split("loo"))
+    best = json.loads((rdir / "train_summary.json").read_text())["best_step"]
+    assert _evaluated(layout) == (str(rdir.resolve()), best, best, False)
+    # The pipeline's evaluation stage, as workflow.build_stages checks it.
+    ledger, lines = Ledger(workdir / "stages.json"), []
+    check = lambda: load_json_result(layout.warm_result)  # noqa: E731
+    stage = Stage("eval_warm", (), (layout.warm_result,), lambda: None, check=check)
+    ledger.record(stage, "key", 1.0)
+    assert ledger.up_to_date(stage, "key", lines.append)
+
+    # The best checkpoint, and a latest one of the same step, no longer restore.
+    ckpts = rdir / "checkpoints"
+    for step_dir in (ckpts / "best" / str(best), ckpts / "latest" / str(best)):
+        if step_dir.is_dir():
+            damage(step_dir, "truncate")
+    load_retriever(layout, Split("loo"))  # the retriever stage's check: it falls back
+    fallback = max(int(p.name) for p in (ckpts / "latest").iterdir() if p.name.isdigit())
+    assert fallback != best
+    assert not ledger.up_to_date(stage, "key", lines.append), "the stale evaluation is kept"
+    assert len(lines) == 1 and "rerunning" in lines[0], lines
+    assert (
+        f"evaluated step {best} of {rdir.resolve()}, which now restores step {fallback}" in lines[0]
+    )
+
+    capsys.readouterr()
+    assert cli.main(["eval-warm", "--workdir", w, "--no-progress"]) == 0
+    assert _evaluated(layout) == (str(rdir.resolve()), fallback, best, True)
+    assert ledger.up_to_date(stage, "key", lines.append)
+    write_report(load_json(workdir / "config.json"), layout)
+    assert (
+        f"- Evaluated `retriever_loo` at step {fallback}, not its best: step {best} does not "
+        "restore (damaged or missing) (warm.json)."
+    ) in layout.report.read_text().splitlines()

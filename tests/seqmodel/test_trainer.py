@@ -1,5 +1,6 @@
 """The one training loop on a toy regression: steps, validation points, early stopping, rows,
-extra saves, exact resume, argument order, the transfer guard and a refused run."""
+extra saves, rows on disk before their checkpoint, exact resume, argument order, the transfer
+guard and a refused run."""
 
 import json
 
@@ -11,6 +12,7 @@ import optax
 import pytest
 
 from data.errors import ArgumentError
+from seqmodel.checkpoint import Checkpoints
 from seqmodel.state import TrainState
 from seqmodel.trainer import Run, Schedule, Trainer, read_metrics
 
@@ -98,6 +100,44 @@ def test_one_row_per_save_when_steps_are_not_logged(tmp_path):
     assert ["fit" in r for r in rows] == [False, True, False, True]
     assert all("loss" in r and "train_seconds" in r for r in rows)
     assert sorted(int(p.name) for p in (tmp_path / "checkpoints" / "latest").iterdir()) == [4, 6]
+
+
+@pytest.mark.parametrize("log_steps", [True, False])
+def test_a_saves_rows_are_on_disk_before_its_checkpoint(tmp_path, monkeypatch, log_steps):
+    """A kill or a held Ctrl-C as a save ends must not take the rows of the step it committed."""
+    logged_at_save = {}
+    save = Checkpoints.save
+
+    def looked(self, step, *args, **kwargs):
+        rows = read_metrics(tmp_path / "metrics.jsonl")
+        logged_at_save[step] = max((r["step"] for r in rows), default=0)
+        return save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpoints, "save", looked)
+    _fit(tmp_path, Schedule(total=6, eval_every=3, save_every=2), log_steps=log_steps)
+    assert logged_at_save == {2: 2, 3: 3, 4: 4, 6: 6}, "rows are written after their checkpoint"
+
+
+def test_rows_past_the_checkpoint_resumed_are_written_once_again(tmp_path, monkeypatch):
+    """Killed between a save's rows and its checkpoint: the rerun drops them and logs them anew."""
+    schedule = Schedule(total=7, eval_every=3, patience=5)
+    straight = _fit(tmp_path / "a", schedule)
+    save = Checkpoints.save
+
+    def killed_at_6(self, step, *args, **kwargs):
+        if step == 6:
+            raise KeyboardInterrupt
+        return save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpoints, "save", killed_at_6)
+    with pytest.raises(KeyboardInterrupt):
+        _fit(tmp_path / "b", schedule)
+    # Step 6's rows are on disk, its checkpoint is not: the newest one is step 3's.
+    assert read_metrics(tmp_path / "b" / "metrics.jsonl")[-1]["step"] == 6
+    monkeypatch.undo()
+    resumed = _fit(tmp_path / "b", schedule)
+    assert resumed.start == 3 and resumed.step == straight.step
+    assert _logged(tmp_path / "a" / "metrics.jsonl") == _logged(tmp_path / "b" / "metrics.jsonl")
 
 
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path):
