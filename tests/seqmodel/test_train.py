@@ -188,9 +188,12 @@ def test_validation_targets_are_held_out_of_training():
     data = _data()
     assert len(data.valid_targets) == CFG.eval_users
     assert data.allowed[data.valid_targets].all()
-    assert len(data.train.items) == len(_dataset().histories.items) - len(data.valid_targets) - (
-        np.isin(_dataset().histories.items, np.flatnonzero(~data.allowed)).sum()
-    )
+    # Training is the cold-start split's, less one held-out item per validation user.
+    from data.splits import cold_start_split
+
+    split = cold_start_split(_dataset(), 0.1)
+    assert not np.isin(data.train.items, np.flatnonzero(~data.allowed)).any()
+    assert len(data.train.items) == len(split.train.items) - len(data.valid_targets)
 
 
 def test_tokenizer_artifact_that_does_not_match_catalog_is_an_error():
