@@ -32,9 +32,7 @@ def find_raw_files(raw_dir: str | os.PathLike, category: str = "") -> tuple[Path
 
     <Cat> is `category`, or when that is "" the only category the folder holds.
     """
-    raw_dir = Path(raw_dir)
-    if not raw_dir.is_dir():
-        raise FileNotFoundError(f"--raw-dir {raw_dir}: no such directory")
+    raw_dir = rawio.raw_folder(raw_dir)
     if category:
         return _find_category(raw_dir, category)
     found = []

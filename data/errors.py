@@ -1,4 +1,5 @@
-"""The project's error types: what the command line turns into one line instead of a traceback.
+"""The project's error types, what the command line turns into one line instead of a traceback,
+and the reading of the system's own (OSError).
 
 Each subclasses the builtins a caller would otherwise catch (ValueError, FileNotFoundError), so
 code written against the builtins keeps working.
@@ -28,3 +29,25 @@ class BusyError(GenretError, OSError):
 
 class StageError(GenretError):
     """A pipeline stage failed; the message names the stage and the cause."""
+
+
+class WriteError(GenretError, OSError):
+    """A write that the system refused (a full disk, a read-only folder); the message says what
+    was being written and where."""
+
+
+def os_reason(error: OSError) -> str:
+    """What the system said, in the words of a sentence: "no space left on device"."""
+    text = error.strerror or str(error)
+    return text[:1].lower() + text[1:]
+
+
+def os_error_in(error: BaseException) -> OSError | None:
+    """The OSError from the system (it carries an errno) that `error` is or was raised from."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno is not None:
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

@@ -46,9 +46,7 @@ def _find_one(raw_dir: Path, names: tuple[str, ...]) -> Path | None:
 
 def find_raw_files(raw_dir: str | os.PathLike) -> tuple[Path, Path | None]:
     """Returns (interactions.csv, items.csv or None) inside raw_dir, whichever variants exist."""
-    raw_dir = Path(raw_dir)
-    if not raw_dir.is_dir():
-        raise FileNotFoundError(f"--raw-dir {raw_dir}: no such directory")
+    raw_dir = rawio.raw_folder(raw_dir)
     interactions = _find_one(raw_dir, INTERACTIONS_FILES)
     if interactions is None:
         raise FileNotFoundError(f"{raw_dir}: expected interactions.csv (or .tsv, .csv.gz, .tsv.gz)")

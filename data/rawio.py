@@ -4,17 +4,33 @@ from (user, item, time) rows in file order to an InteractionData."""
 import gzip
 import io
 import os
+import stat
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from data.errors import InputError
+from data.errors import ArgumentError, InputError, os_reason
 from data.types import Catalog, Histories, InteractionData
 
 # What a truncated or corrupt gzip stream, or bytes that are not UTF-8, raise while reading.
 _READ_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError)
+
+
+def raw_folder(raw_dir: str | os.PathLike) -> Path:
+    """`raw_dir` as a Path, once it is known to be a folder: else FileNotFoundError where there is
+    nothing, or an ArgumentError naming --raw-dir and what is there or what the system said."""
+    raw_dir = Path(raw_dir)
+    try:
+        mode = raw_dir.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--raw-dir {raw_dir}: no such directory") from None
+    except OSError as e:  # a symlink loop, a name too long, a folder without permission
+        raise ArgumentError(f"--raw-dir {raw_dir}: {os_reason(e)}") from None
+    if not stat.S_ISDIR(mode):
+        raise ArgumentError(f"--raw-dir {raw_dir}: not a directory (a file)")
+    return raw_dir
 
 
 def open_text(

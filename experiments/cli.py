@@ -8,16 +8,19 @@ the traceback instead.
 
 import argparse
 import contextlib
+import errno
 import importlib
 import importlib.metadata
 import os
+import re
 import shutil
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
-from data.errors import GenretError
+from data.errors import GenretError, os_error_in, os_reason
 
 # group -> {command: one-line help}, in the order `genret --help` lists them. Command modules are
 # imported only when their command runs.
@@ -97,15 +100,84 @@ def _top_parser() -> argparse.ArgumentParser:
     return p
 
 
-def one_line(e: BaseException) -> str:
-    """The message of an error, on one line; a bare KeyError or MemoryError says what it is."""
+_XLA_ERRORS = ("JaxRuntimeError", "XlaRuntimeError")  # by name: this module imports no JAX
+
+
+def outside_error(e: BaseException) -> BaseException | None:
+    """What the outside world did, where `e` is not one of USER_ERRORS but comes from it: the
+    system's OSError it was raised from, a symlink loop (pathlib's RuntimeError before Python
+    3.13), or memory a device could not allocate (XLA's RESOURCE_EXHAUSTED) as a MemoryError.
+    None for a bug."""
+    if (error := os_error_in(e)) is not None:
+        return error
+    text = str(e).strip()
+    if isinstance(e, RuntimeError) and (loop := re.fullmatch(r"Symlink loop from (.+)", text)):
+        path = loop.group(1).strip("'\"")
+        return OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+    if type(e).__name__ in _XLA_ERRORS and text.startswith("RESOURCE_EXHAUSTED"):
+        size = re.search(r"allocat\w* (\d+) bytes", text)
+        what = f"{int(size.group(1)) / 2**30:,.1f} GiB" if size else "a buffer"
+        return MemoryError(f"the device could not allocate {what}")
+    return None
+
+
+def one_line(e: BaseException, paths: Sequence[tuple[str, Path]] = ()) -> str:
+    """The message of an error, on one line; a bare KeyError or MemoryError says what it is, the
+    system's OSError what it said and about which path: the argument, from `paths` (flag, value),
+    that the path is or lies in."""
     if isinstance(e, MemoryError):
         return f"out of memory{': ' + str(e) if str(e) else ''}; try smaller sizes"
+    if isinstance(e, OSError) and not isinstance(e, GenretError) and e.strerror:
+        return _os_line(e, paths)
     msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
     text = " ".join(str(msg).split())
     if not isinstance(e, GenretError | ValueError | OSError):
         text = f"{type(e).__name__}: {text}"
     return text or type(e).__name__
+
+
+def _os_line(e: OSError, paths: Sequence[tuple[str, Path]]) -> str:
+    """PATH: what the system said, after the argument that names PATH or a folder above it."""
+    names = [_decoded(f) for f in (e.filename, e.filename2) if f is not None]
+    where = " -> ".join(names)
+    line = f"{where}: {os_reason(e)}" if where else os_reason(e)
+    if not names:
+        return line
+    target, best = os.path.abspath(names[0]), None
+    for flag, value in paths:
+        for root in {os.path.abspath(value), os.path.realpath(value)}:
+            inside = target == root or target.startswith(root.rstrip(os.sep) + os.sep)
+            if inside and (best is None or len(root) > best[0]):
+                best = (len(root), flag, value, target == root)
+    if best is None:
+        return line
+    _, flag, value, itself = best
+    return f"{flag} {value}: {os_reason(e) if itself and len(names) == 1 else line}"
+
+
+def _decoded(name: str | bytes | int) -> str:
+    return os.fsdecode(name) if isinstance(name, str | bytes | os.PathLike) else str(name)
+
+
+def _close_progress_bars() -> None:
+    """Ends the progress bars a failed command left open (each on its own line, as when it
+    finishes), so that the command's line starts a line of its own."""
+    if (tqdm := sys.modules.get("tqdm")) is not None:
+        for bar in list(getattr(tqdm.tqdm, "_instances", ())):
+            bar.close()
+
+
+def _path_arguments(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> list[tuple[str, Path]]:
+    """(flag, path) of every path the command line holds."""
+    out = []
+    for action in parser._actions:
+        value = getattr(args, action.dest, None) if action.option_strings else None
+        for v in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(v, Path):
+                out.append((max(action.option_strings, key=len), v))
+    return out
 
 
 def _remove_if_empty(root: Path) -> None:
@@ -152,21 +224,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"genret {name}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
-    except USER_ERRORS as e:
+    except Exception as e:
         if args.debug:
             raise
+        culprit = e if isinstance(e, USER_ERRORS) else outside_error(e)
+        _close_progress_bars()
+        if culprit is None:  # a bug: still one line, with the way to the traceback
+            print(
+                f"genret {name}: internal error: {one_line(e)} (rerun with --debug for the "
+                "traceback, and please report it)",
+                file=sys.stderr,
+            )
+            return 1
         if new_workdir:
             _remove_if_empty(workdir)
-        print(f"genret {name}: error: {one_line(e)}", file=sys.stderr)
-        return 1
-    except Exception as e:  # a bug: still one line, with the way to the traceback
-        if args.debug:
-            raise
-        print(
-            f"genret {name}: internal error: {one_line(e)} (rerun with --debug for the "
-            "traceback, and please report it)",
-            file=sys.stderr,
-        )
+        line = one_line(culprit, _path_arguments(parser, args))
+        print(f"genret {name}: error: {line}", file=sys.stderr)
         return 1
     return int(result or 0)
 

@@ -1,14 +1,17 @@
 """All orbax calls of the tokenizer (manager, save, restore with fallback), and what both trainers
-share: damaged checkpoints moved aside in one logged line, Ctrl-C held while a save is in flight."""
+share: damaged checkpoints moved aside in one logged line, Ctrl-C held while a save is in flight,
+a save that the disk refuses made one line with nothing half-written left behind."""
 
 import contextlib
 import inspect
 import logging
+import os
 import re
 import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,8 +20,14 @@ import jax
 import orbax.checkpoint as ocp
 from tqdm.auto import tqdm
 
+from data.errors import WriteError, os_reason
+
 T = TypeVar("T")
 DAMAGED = "damaged"  # <checkpoints>/damaged/<name>-<step>: checkpoints that did not restore
+TMP_MARK = ".orbax-checkpoint-tmp"  # in the name of what orbax writes before the commit
+# How long a failed save waits for orbax's threads of that save to end before removing its
+# temporary folders (they end within seconds: each one's write fails or its wait is cancelled).
+_THREADS_S = 30.0
 
 
 def log_to_stderr(message: str) -> None:
@@ -156,7 +165,7 @@ def manager(directory: Path, *, max_to_keep: int = 2) -> ocp.CheckpointManager:
 
 def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict) -> None:
     """Saves the train state and a JSON description of what it was trained on."""
-    with deferred_interrupt():
+    with saving(Path(mngr.directory)):
         mngr.save(
             step,
             args=ocp.args.Composite(
@@ -167,9 +176,76 @@ def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict) -> None:
 
 def close(mngr: ocp.CheckpointManager) -> None:
     """Finishes the save in flight (even on Ctrl-C) and closes the manager."""
-    with deferred_interrupt():
-        mngr.wait_until_finished()
-        mngr.close()
+    with saving(Path(mngr.directory)):
+        try:
+            mngr.wait_until_finished()
+        finally:
+            mngr.close()
+
+
+@contextlib.contextmanager
+def saving(directory: Path) -> Iterator[None]:
+    """Around every call that saves into `directory` or waits for a save (orbax raises a failed
+    asynchronous write at the next one): holds Ctrl-C (deferred_interrupt), and makes a write
+    that the system refuses (a full disk, a read-only folder) one WriteError naming `directory`.
+    Orbax's log lines and tracebacks about that write are dropped, its temporary folders under
+    `directory` (and one level down) removed; the checkpoints committed before stay as they were.
+    """
+    _drop_save_failure_logs()
+    _drop_failed_read_noise()  # tensorstore calls back into a closed loop after a failed write
+    try:
+        with deferred_interrupt():
+            yield
+    except Exception as e:
+        code = _system_errno(e)
+        if code is None:
+            raise
+        _discard_unfinished(Path(directory))
+        reason = os_reason(OSError(code, os.strerror(code)))
+        raise WriteError(f"{reason} while saving the checkpoint to {directory}") from e
+
+
+def _system_errno(error: BaseException) -> int | None:
+    """The errno of a write the system refused: an OSError's, or the one tensorstore names in its
+    message ("... No space left on device [os_error_code='28']")."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno is not None:
+            return error.errno
+        if found := re.search(r"os_error_code='?(\d+)", str(error)):
+            return int(found.group(1))
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _not_a_failed_write(record: logging.LogRecord) -> bool:
+    # Orbax logs a failed write with its traceback once per thread that sees it (three to five
+    # tracebacks of 40-100 lines); `saving` raises it as one line instead.
+    if record.levelno < logging.ERROR or f"{os.sep}orbax{os.sep}" not in record.pathname:
+        return True
+    return not record.exc_info or _system_errno(record.exc_info[1]) is None
+
+
+def _drop_save_failure_logs() -> None:
+    """A filter (for good) of the absl logger, which orbax logs to."""
+    logger = logging.getLogger("absl")
+    if _not_a_failed_write not in logger.filters:
+        logger.addFilter(_not_a_failed_write)
+
+
+def _discard_unfinished(directory: Path) -> None:
+    """Once orbax's threads have ended, removes the temporary folders of the saves that failed."""
+    deadline = time.monotonic() + _THREADS_S
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and type(t).__module__.startswith("orbax."):
+            # Thread.join itself: orbax's own join re-raises the thread's error.
+            threading.Thread.join(t, max(deadline - time.monotonic(), 0))
+    if jax.process_index() != 0:  # several hosts share one directory: one of them cleans it
+        return
+    for pattern in (f"*{TMP_MARK}*", f"*/*{TMP_MARK}*"):
+        for path in directory.glob(pattern):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def latest_step(mngr: ocp.CheckpointManager) -> int | None:

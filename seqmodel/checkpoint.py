@@ -9,9 +9,9 @@ import orbax.checkpoint as ocp
 from rqvae.checkpoint import (
     DAMAGED,
     attempt,
-    deferred_interrupt,
     log_to_stderr,
     quiet_orbax,
+    saving,
     set_aside,
 )
 
@@ -37,7 +37,7 @@ class Checkpoints:
         # latest one, whose progress record names its best step, so that step must be in best/
         # however the process ends (a kill between two concurrent commits could lose it).
         managers = [self.best, self.latest] if best else [self.latest]
-        with deferred_interrupt():
+        with saving(self.directory):
             for manager in managers:
                 manager.save(
                     step,
@@ -95,12 +95,12 @@ class Checkpoints:
         return steps[0][1] if steps else None
 
     def wait(self) -> None:
-        with deferred_interrupt():
+        with saving(self.directory):
             self.latest.wait_until_finished()
             self.best.wait_until_finished()
 
     def close(self) -> None:
-        with deferred_interrupt():
+        with saving(self.directory):
             self.latest.close()
             self.best.close()
 

@@ -301,7 +301,7 @@ def series(results: list[dict], axis: str) -> dict[str, tuple[list[int], list[fl
     return out
 
 
-def _available_bytes() -> int:
+def available_bytes() -> int:
     """Memory this process may still use (MemAvailable; physical memory where unknown)."""
     try:
         for line in open("/proc/meminfo"):
@@ -325,7 +325,7 @@ def check_fits(
     """Refuses sizes whose SIDs and indexes cannot fit in memory, before allocating anything:
     `words` int32 words per (item, level) (WORDS_SEARCH, or WORDS_BUILD for a build alone)."""
     need = words * 4 * num_items * levels
-    have = _available_bytes()
+    have = available_bytes()
     if need > have:
         raise ArgumentError(
             f"{arg} {num_items:,} x --levels {levels}: needs about {need / 2**30:.1f} GiB, more "

@@ -3,16 +3,20 @@ before any artifact is read."""
 
 import argparse
 import dataclasses
+import json
+import os
 from pathlib import Path
 
 from data.config import AMAZON_SHORTCUTS, DATASETS
-from data.errors import ArgumentError
+from data.errors import ArgumentError, os_reason
 from experiments import config as config_lib
 from experiments.bench.constraints import (
     METHODS,
     BenchConfig,
+    available_bytes,
 )
 from experiments.pipeline.layout import RunLayout
+from seqmodel.config import SeqModelConfig
 
 
 def add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -33,9 +37,17 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
 
 
 def path_arg(text: str) -> Path:
-    """An argparse type: a path, never empty (Path("") is the current directory)."""
+    """An argparse type: a path, never empty (Path("") is the current directory), that the system
+    can look up: a symlink loop, a name too long, a file or a folder without permission on the
+    way is refused here, in one line naming the argument. A path that does not exist yet passes."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
+    try:
+        os.stat(text)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"{text}: {os_reason(e)}") from None
     return Path(text)
 
 
@@ -100,6 +112,89 @@ def positive(name: str, value: int | None, *, allow_none: bool = True) -> None:
         return
     if value is None or value < 1:
         raise ArgumentError(f"{name}: must be >= 1, got {value}")
+
+
+# float32 [B, K, V] buffers a beam search step holds at once: log-probs, candidate scores, the
+# keys top-k ranks and their padded copy (decoding.beam_search._select).
+_SCORE_BUFFERS = 4
+
+
+def bytes_per_beam(seq: SeqModelConfig, levels: int, vocab: int) -> int:
+    """Bytes a decode holds per (user, beam), at least: its score buffers and, for the token
+    model, its KV cache (history tokens, BOS and the L - 1 codes fed back, in every layer)."""
+    cache = 0
+    if seq.arch == "token":
+        slots = seq.max_history * levels + levels
+        cache = 2 * seq.num_layers * slots * seq.d_model
+    return 4 * (_SCORE_BUFFERS * vocab + cache)
+
+
+def check_beam_size(
+    flag: str,
+    beam_size: int,
+    *,
+    batch_size: int,
+    per_beam: int,
+    items: int | None,
+    where: str = "",
+    batch_flag: str = "--batch-size",
+) -> None:
+    """Refuses, before anything is decoded, a beam width wider than the `items` that can be
+    decoded (`where` says whose) or whose buffers, `per_beam` bytes for each of the batch's
+    beams, do not fit in the memory available."""
+    if items is not None and beam_size > items:
+        raise ArgumentError(
+            f"{flag} {beam_size}: more beams than the {items:,} items {where}; at most {items:,}"
+        )
+    need, have = batch_size * beam_size * per_beam, available_bytes()
+    if need > have:
+        fit = have // (batch_size * per_beam)
+        raise ArgumentError(
+            f"{flag} {beam_size} x {batch_flag} {batch_size}: decoding needs about "
+            f"{_size(need)}, more than the {_size(have)} available; at most {fit:,} beams fit"
+        )
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+def check_eval_beam_size(
+    flag: str, beam_size: int, cfg: config_lib.Config, layout: RunLayout, *, batch_size: int
+) -> None:
+    """check_beam_size for a retriever trained with `cfg`, decoding over the prepared catalog
+    (its size from the prepared report; the memory check alone where it is not prepared yet)."""
+    levels = cfg.rqvae.num_levels + 1  # the last level tells colliding items apart
+    try:
+        items = int(json.loads((layout.prepared / "report.json").read_text())["items"])
+    except (OSError, ValueError, KeyError, TypeError):
+        items = None  # the command names the missing or damaged prepared dataset itself
+    per_beam = bytes_per_beam(cfg.seqmodel, levels, cfg.rqvae.codebook_size)
+    where = f"of the catalog ({layout.prepared})"
+    check_beam_size(
+        flag, beam_size, batch_size=batch_size, per_beam=per_beam, items=items, where=where
+    )
+
+
+def check_retriever_beam_size(
+    flag: str, beam_size: int, model_file: Path, *, batch_size: int
+) -> None:
+    """check_beam_size for the retriever described by `model_file` (retriever.json), over every
+    SID it can name (a live catalog grows); nothing where there is none (its loader says so)."""
+    from seqmodel.inference import read_description
+
+    if not model_file.is_file():
+        return
+    _, seq, space = read_description(model_file, "retriever", "train-retriever")
+    L, V = space.num_levels, space.codebook_size
+    check_beam_size(
+        flag,
+        beam_size,
+        batch_size=batch_size,
+        per_beam=bytes_per_beam(seq, L, V),
+        items=V**L,
+        where=f"that {L} levels of {V} codes can name",
+    )
 
 
 def layout_of(args: argparse.Namespace) -> RunLayout:
@@ -192,4 +287,14 @@ def bench_config(args: argparse.Namespace, **overrides) -> BenchConfig:
         ppv_top_k=args.ppv_top_k,
         hash_bits_per_prefix=args.hash_bits,
     )
-    return BenchConfig(**{**kw, **overrides})
+    cfg = BenchConfig(**{**kw, **overrides})
+    score_bytes = 4 * _SCORE_BUFFERS * cfg.vocab
+    check_beam_size(
+        "--beam",
+        cfg.beam,
+        batch_size=cfg.batch,
+        per_beam=score_bytes,
+        items=None,
+        batch_flag="--batch",
+    )
+    return cfg

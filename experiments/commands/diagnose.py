@@ -50,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     layout = common.layout_of(args)
     cfg = common.resolve_config(args, layout)
+    beam_flag = "eval.beam_size" if args.beam_size is None else "--beam-size"
+    beam_size = args.beam_size or cfg.eval.beam_size
+    common.check_eval_beam_size(beam_flag, beam_size, cfg, layout, batch_size=args.batch_size)
     out = diagnose(
         cfg,
         layout,

@@ -52,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
     draft_eval.check_name("--draft-name", args.draft_name)
     layout = common.layout_of(args)
     cfg = common.resolve_config(args, layout)
+    beam_flag = "eval.beam_size" if args.beam_size is None else "--beam-size"
+    common.check_eval_beam_size(
+        beam_flag, cfg.eval.beam_size, cfg, layout, batch_size=args.batch_size
+    )
     if args.decoder != "beam":
         written = draft_eval.evaluate_cold_start(
             cfg,

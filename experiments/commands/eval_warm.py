@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     draft_eval.check_name("--draft-name", args.draft_name)
     layout = common.layout_of(args)
     cfg = common.resolve_config(args, layout)
+    common.check_eval_beam_size(
+        "eval.beam_size", cfg.eval.beam_size, cfg, layout, batch_size=args.batch_size
+    )
     if args.validation and args.decoder != "beam":
         raise ArgumentError("--validation: only with --decoder beam")
     if args.ensemble and args.decoder != "beam":

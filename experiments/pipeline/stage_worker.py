@@ -165,10 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         stage.run()
     except KeyboardInterrupt:
         return 130
-    except cli.USER_ERRORS as e:
-        atomic.write_text(args.error_file, cli.one_line(e))
-        return 1
-    except Exception as e:  # a bug: one line, and the way to its traceback
+    except Exception as e:
+        # A user's error or the outside world's (a full disk, memory, a symlink loop): one line.
+        culprit = e if isinstance(e, cli.USER_ERRORS) else cli.outside_error(e)
+        if culprit is not None:
+            atomic.write_text(args.error_file, cli.one_line(culprit))
+            return 1
+        # A bug: one line, and the way to its traceback.
         atomic.write_text(
             args.error_file,
             f"internal error: {cli.one_line(e)} (rerun with --jobs 1 --debug for the traceback)",

@@ -16,11 +16,12 @@ TINY = ["--config", "tiny"]
 
 
 def _snapshot(root: Path) -> dict:
-    """Every file under root with its size and modification time (empty if root is absent)."""
+    """Every file under root with its size and modification time (empty if root is absent); a
+    symlink as itself (it may point nowhere, or at itself)."""
     if not root.exists():
         return {}
     return {
-        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        str(p.relative_to(root)): (p.lstat().st_size, p.lstat().st_mtime_ns)
         for p in sorted(root.rglob("*"))
     }
 
@@ -256,6 +257,12 @@ CASES = [
     ("bench-levels", None, ["bench-constraints", "--levels", "0"], ["--levels"]),
     ("bench-dense", None, ["bench-constraints", "--dense-levels", "9"], ["--dense-levels"]),
     ("sweep-too-big", None, ["bench-sweep", "--items", "1e13"], ["--items", "GiB"]),
+    (
+        "bench-beam-too-big",
+        None,
+        ["bench-constraints", "--beam", "100000000"],
+        ["--beam 100000000", "GiB"],
+    ),
     # The work directory is a file.
     ("workdir-file-prepare", _file, ["prepare"], ["--workdir", "is a file"]),
     ("workdir-file-tokenizer", _file, ["train-tokenizer"], ["--workdir", "is a file"]),

@@ -40,7 +40,7 @@ def test_build_only_is_charged_for_a_build_not_a_search(monkeypatch, capsys):
     from experiments.bench import constraints as bench
     from experiments.commands import bench_constraints as command
 
-    monkeypatch.setattr(bench, "_available_bytes", lambda: 20 * 2**30)
+    monkeypatch.setattr(bench, "available_bytes", lambda: 20 * 2**30)
     monkeypatch.setattr(command, "measure_build", lambda cfg: {"num_items": cfg.num_items})
     args = ["bench-constraints", "--num-items", "100000000", "--vocab", "2048", "--levels", "8"]
     assert cli.main([*args, "--build-only"]) == 0
