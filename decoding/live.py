@@ -26,8 +26,9 @@ cost is 2**S values per stored node: S <= 5 named sets (`MAX_SETS`), 4 * 2**S by
 
 import contextlib
 import dataclasses
+import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -43,6 +44,9 @@ ENABLED = 1 << 30  # the item_flags bit of "not disabled", apart from the named 
 _EMPTY = int(np.iinfo(np.int32).min)  # the summary of a node with no qualifying item
 _LEAF_SLOTS = 8  # maxima are stored for depths with more leaf slots than this under a node
 TIME_MIN = _EMPTY + 1  # item times and request windows live in [TIME_MIN, int32 max]
+# Rows per compiled addition or lookup: one program of each per capacity, so an addition of a new
+# size compiles nothing (compiling one costs seconds; running a chunk, milliseconds).
+_CHUNK = 256
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -322,6 +326,13 @@ def _bucket_pad(x: np.ndarray, fill) -> np.ndarray:
     return out
 
 
+def _chunk_pad(x: np.ndarray, fill) -> np.ndarray:
+    """Pads rows to `_CHUNK`: additions and lookups run in chunks of one shape."""
+    out = np.full((_CHUNK,) + x.shape[1:], fill, x.dtype)
+    out[: len(x)] = x
+    return out
+
+
 def _ids(item_ids) -> np.ndarray:
     ids = np.atleast_1d(np.asarray(item_ids))
     if ids.size == 0:
@@ -381,14 +392,21 @@ def _toggle(index, ids, set_mask, clear_mask, donate=False):
 
 
 def _set_attributes(index: LiveIndex, ids, flags, times) -> LiveIndex:
-    """Overwrites flags and times of items (used to replay host state onto a rebuilt index)."""
-    ids = _bucket_pad(np.asarray(ids, np.int32), -1)
-    flags = _bucket_pad(np.asarray(flags, np.int32), 0)
-    times = _bucket_pad(np.asarray(times, np.int32), TIME_MIN)
-    return _overwrite(index, ids, flags, times)
+    """Overwrites flags and times of items (used to replay host state onto a rebuilt index);
+    updates `index` in place: only for an index no reader holds."""
+    ids, flags, times = (np.asarray(x, np.int32) for x in (ids, flags, times))
+    for a in range(0, len(ids), _CHUNK):
+        part = slice(a, a + _CHUNK)
+        index = _overwrite(
+            index,
+            _chunk_pad(ids[part], -1),
+            _chunk_pad(flags[part], 0),
+            _chunk_pad(times[part], TIME_MIN),
+        )
+    return index
 
 
-@jax.jit
+@functools.partial(jax.jit, donate_argnums=0)
 def _overwrite(index, ids, flags, times):
     ok = (ids >= 0) & (ids < index.capacity.items)
     at = jnp.where(ok, ids, index.capacity.items)
@@ -425,19 +443,35 @@ def add_items(
     if sids.shape != (len(ids), index.num_levels):
         raise ValueError(f"sids: expected [{len(ids)}, {index.num_levels}], got {sids.shape}")
     flags, t = _attributes(len(ids), len(index.set_names), sets, times, enabled)
-    n = len(ids)
-    index, status = _insert(
-        index,
-        _bucket_pad(ids, -1),
-        _bucket_pad(sids.astype(np.int32), 0),
-        _bucket_pad(flags, 0),
-        _bucket_pad(t, TIME_MIN),
-    )
-    return index, np.asarray(status)[:n]
+    if not len(ids):
+        return index, np.zeros(0, np.int32)
+    sids = sids.astype(np.int32)
+    status = []
+    # One copy (the caller's index stays intact), then fixed-size chunks update it in place, in
+    # order (a chunk sees the items of the ones before it, as rows of one chunk see the rows
+    # before them): one compiled program per capacity and one copy, whatever the count.
+    index = _copy(index)
+    for a in range(0, len(ids), _CHUNK):
+        part = slice(a, a + _CHUNK)
+        index, st = _insert(
+            index,
+            _chunk_pad(ids[part], -1),
+            _chunk_pad(sids[part], 0),
+            _chunk_pad(flags[part], 0),
+            _chunk_pad(t[part], TIME_MIN),
+            np.int32(len(ids[part])),
+        )
+        status.append(st)
+    return index, np.concatenate(jax.device_get(status))[: len(ids)]
 
 
-@jax.jit
-def _insert(index: LiveIndex, ids, sids, flags, times):
+def _copy(index: LiveIndex) -> LiveIndex:
+    return jax.tree.map(jnp.copy, index)
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _insert(index: LiveIndex, ids, sids, flags, times, n):
+    """Inserts rows [0, n) of the padded chunk, one after another, into `index` (donated)."""
     L, cap = index.num_levels, index.capacity
 
     def one(i, carry):
@@ -491,9 +525,8 @@ def _insert(index: LiveIndex, ids, sids, flags, times):
 
     status = jnp.zeros(ids.shape, jnp.int32)
     carry = (index.child, index.tok, index.parent, index.item_parent, index.num_nodes, status)
-    child, tok, parent, item_parent, num_nodes, status = jax.lax.fori_loop(
-        0, ids.shape[0], one, carry
-    )
+    # A traced bound (a while loop): the padding rows after n cost nothing here.
+    child, tok, parent, item_parent, num_nodes, status = jax.lax.fori_loop(0, n, one, carry)
     ok = status == ADDED
     at = jnp.where(ok, ids, cap.items)
     index = dataclasses.replace(
@@ -514,7 +547,13 @@ def lookup(index: LiveIndex, sids: ArrayInput) -> Int[Array, " Q"]:
     sids = np.asarray(sids)
     if sids.ndim != 2 or sids.shape[1] != index.num_levels:
         raise ValueError(f"sids: expected [Q, {index.num_levels}], got shape {sids.shape}")
-    return _lookup(index, jnp.asarray(sids, jnp.int32))
+    sids = sids.astype(np.int32)
+    found = [
+        _lookup(index, _chunk_pad(sids[a : a + _CHUNK], 0)) for a in range(0, len(sids), _CHUNK)
+    ]
+    if not found:
+        return jax.device_put(np.zeros(0, np.int32))
+    return jax.device_put(np.concatenate(jax.device_get(found))[: len(sids)])
 
 
 @jax.jit
@@ -528,6 +567,20 @@ def _lookup(index, sids):
             found, jnp.take_along_axis(row_c, jnp.argmax(m, axis=1)[:, None], 1)[:, 0], 0
         )
     return jnp.where(found, node, -1)
+
+
+def compile_updates(index: LiveIndex) -> None:
+    """Compiles the programs that add, look up and catch up items on indexes of this capacity,
+    changing nothing: run before an index serves, no addition then waits for a compile."""
+    none = _chunk_pad(np.zeros(0, np.int32), -1)
+    sids = _chunk_pad(np.zeros((0, index.num_levels), np.int32), 0)
+    jax.block_until_ready(
+        (
+            _insert(_copy(index), none, sids, none, none, np.int32(0)),
+            _lookup(index, sids),
+            _overwrite(_copy(index), none, none, none),
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -618,6 +671,8 @@ class LiveCatalog:
     at the swap, every change made since the snapshot (the host copy's difference from it) is
     applied to the new index before it replaces the old one, so no update is lost and no reader
     sees a half-built index. Items that did not fit are decodable after the swap (`wait()`).
+    The rebuild compiles the updates for the new capacity before the swap, and `warm(index)`,
+    when given, whatever else the caller runs on it (its decoder), so no request waits for that.
     """
 
     def __init__(
@@ -632,6 +687,7 @@ class LiveCatalog:
         spare: float = 0.25,
         capacity: LiveCapacity | None = None,
         in_place: bool = False,
+        warm: Callable[[LiveIndex], Any] | None = None,
     ):
         sids = _check_sids(sids, vocab_size)
         # One lock for writers and the reader count; readers wait while a writer waits.
@@ -648,6 +704,7 @@ class LiveCatalog:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.swaps = 0
+        self._warm = warm
 
     @staticmethod
     def _unpack(flags, times) -> dict:
@@ -746,7 +803,7 @@ class LiveCatalog:
         if len(np.unique(sids, axis=0)) != len(sids):
             raise ValueError("sids: the new items repeat a SID")
         with self._lock:
-            if (np.asarray(lookup(self._index, jnp.asarray(sids, jnp.int32))) >= 0).any():
+            if (np.asarray(lookup(self._index, sids)) >= 0).any():
                 raise ValueError("sids: some new items repeat an existing item's SID")
             pend = self._sids[len(self._sids) - self._pending :]
             if self._pending and (sids[:, None] == pend[None]).all(-1).any():
@@ -797,6 +854,10 @@ class LiveCatalog:
                 n = len(self._sids)
                 sids, flags, times = self._sids.copy(), self._flags.copy(), self._times.copy()
             new = self._build(sids, flags, times)
+            # New shapes: compile what will run on them here, not under the lock or on a request.
+            compile_updates(new)
+            if self._warm is not None:
+                self._warm(new)
             with self._lock:
                 # Catch up: attribute changes since the snapshot, then items added since.
                 diff = np.flatnonzero((self._flags[:n] != flags) | (self._times[:n] != times))
@@ -830,6 +891,7 @@ __all__ = [
     "LiveIndex",
     "add_items",
     "allowed_items",
+    "compile_updates",
     "lookup",
     "set_enabled",
     "set_membership",

@@ -3,17 +3,20 @@ concurrency levels while ~1,000 items a second are toggled, checking that no res
 item disabled before it was sent (experiments/serving/load.py states the rule).
 
 Starts `genret serve --workdir W` on a free loopback port (or drives --url), sends histories of
-the work directory's users, and writes --out (JSON) and its markdown table beside it (.md).
+the work directory's users, and writes --out (JSON) and its markdown table beside it (.md). The
+toggles carry the bearer token of $GENRET_SERVE_TOKEN when it is set (the started server's too).
 Example: genret load-test --workdir runs/beauty --out runs/serve_load.json
 """
 
 import argparse
 import asyncio
 import json
+import os
 
 from data import atomic
 from data.errors import ArgumentError
 from experiments.commands import _common as common
+from experiments.commands.serve import TOKEN_ENV
 from experiments.serving.load import _histories, _start_server
 
 
@@ -56,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     server = None if args.url else _start_server(args)
     try:
         url = args.url or server[1]
-        result = asyncio.run(serve_load.run_load(url, histories, cfg))
+        token = os.environ.get(TOKEN_ENV) or None
+        result = asyncio.run(serve_load.run_load(url, histories, cfg, token=token))
     finally:
         if server is not None:
             server[0].terminate()

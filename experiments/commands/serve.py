@@ -7,17 +7,28 @@ Example: genret serve --workdir runs/beauty --port 8000, then
 """
 
 import argparse
+import ipaddress
+import os
 
 from data.errors import ArgumentError
 from experiments.commands import _common as common
 from experiments.pipeline.layout import SPLIT_KINDS, Split
+
+TOKEN_ENV = "GENRET_SERVE_TOKEN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_workdir_arg(parser)
     parser.add_argument("--split", choices=SPLIT_KINDS, default="loo", help="whose retriever")
     parser.add_argument("--cold-start", type=float, default=None, metavar="P")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="other than loopback: needs a token")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help=f"bearer token of the write routes /items/... (default: ${TOKEN_ENV}, which keeps "
+        "it out of the process list)",
+    )
+    parser.add_argument("--max-body-mb", type=float, default=4.0, help="larger bodies get a 413")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--batch-size", type=int, default=16, help="requests per decode call")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="batch gathering window")
@@ -30,7 +41,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def run(args: argparse.Namespace) -> int:
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if token is None and not _loopback(args.host):
+        raise ArgumentError(
+            f"--host {args.host} is not loopback: set a token for the write routes with --token "
+            f"or the environment variable {TOKEN_ENV}"
+        )
+    if not 0 < args.max_body_mb <= 1024:
+        raise ArgumentError(f"--max-body-mb: must be in (0, 1024], got {args.max_body_mb}")
     try:
         import uvicorn
 
@@ -45,14 +71,21 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port < 65536:
         raise ArgumentError(f"--port: must be in [0, 65535], got {args.port}")
     split = Split(args.split, args.cold_start)
+    layout = common.layout_of(args)
+    model_file = layout.retriever_model(split)
+    common.check_retriever_beam_size(
+        "--beam-size", args.beam_size, model_file, batch_size=args.batch_size
+    )
     cfg = serve_app.ServeConfig(
         batch_size=args.batch_size,
         max_wait_ms=args.max_wait_ms,
         beam_size=args.beam_size,
         in_place=args.in_place,
+        max_body_bytes=int(args.max_body_mb * 2**20),
     )
-    rec = serve_app.load_recommender(common.layout_of(args), split, cfg)
+    rec = serve_app.load_recommender(layout, split, cfg)
     where = f"http://{args.host}:{args.port}"
     print(f"genret serve: {rec.catalog.num_items} items at {where}", flush=True)
-    uvicorn.run(serve_app.create_app(rec), host=args.host, port=args.port, log_level="warning")
+    app = serve_app.create_app(rec, token=token)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

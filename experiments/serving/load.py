@@ -150,12 +150,15 @@ async def _level(client, histories, tops, pool, cfg: LoadConfig, c: int) -> dict
     }
 
 
-async def run_load(url: str, histories: list[list[str]], cfg: LoadConfig, transport=None) -> dict:
+async def run_load(
+    url: str, histories: list[list[str]], cfg: LoadConfig, transport=None, token=None
+) -> dict:
     """Warm-up (each history once: the unconstrained top-k, whose union is the toggled pool),
-    then one measured run per concurrency level."""
+    then one measured run per concurrency level; `token`: the service's bearer token."""
     limits = httpx.Limits(max_connections=max(cfg.concurrency) + 4)
+    headers = {"authorization": f"Bearer {token}"} if token else None
     async with httpx.AsyncClient(
-        base_url=url, timeout=60.0, limits=limits, transport=transport
+        base_url=url, timeout=60.0, limits=limits, transport=transport, headers=headers
     ) as client:
         limit = (await client.get("/health")).json()["max_history"]
         histories = [h[-limit:] for h in histories]

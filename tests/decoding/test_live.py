@@ -22,9 +22,11 @@ from decoding.live import (
     LiveConstraint,
     LiveIndex,
     _insert,
+    _lookup,
     _set_flags,
     add_items,
     allowed_items,
+    compile_updates,
     lookup,
     set_enabled,
     set_membership,
@@ -247,6 +249,45 @@ def test_no_recompilation_across_toggles_additions_and_request_sets():
     np.testing.assert_array_equal(
         np.asarray(lookup(idx, sids)), np.arange(N + 12).tolist() + [-1] * 8
     )
+
+
+def test_additions_and_lookups_of_any_count_share_one_compiled_program():
+    """Any number of items is added and looked up by one program per capacity, compiled ahead
+    by `compile_updates`; rows past a chunk see the items of the chunks before them."""
+    rng = np.random.default_rng(4)
+    V8, L3, N = 8, 3, 100
+    sids = distinct_sids(rng, 500, V8, L3)
+    idx = jax.device_put(LiveIndex.build(sids[:N], vocab_size=V8, spare=4.0))
+    compile_updates(idx)
+    inserts, lookups = _insert._cache_size(), _lookup._cache_size()
+    at = N
+    for n in (1, 3, 7):
+        idx, status = add_items(idx, np.arange(at, at + n), sids[at : at + n])
+        assert (status == ADDED).all()
+        at += n
+    # 300 rows: two chunks; the last row, in the second, repeats the first row's SID.
+    new = np.concatenate([sids[at : at + 299], sids[at : at + 1]])
+    idx, status = add_items(idx, np.arange(at, at + 300), new)
+    assert status.tolist() == [ADDED] * 299 + [DUPLICATE]
+    np.testing.assert_array_equal(np.asarray(lookup(idx, sids[: at + 299])), np.arange(at + 299))
+    assert (_insert._cache_size(), _lookup._cache_size()) == (inserts, lookups)
+
+
+def test_a_rebuild_warms_the_new_index_before_the_swap():
+    """`warm` sees the rebuilt index (new capacity) while the old one still serves."""
+    rng = np.random.default_rng(5)
+    sids = distinct_sids(rng, 80, 8, 3)
+    seen = []
+
+    def warm(index):
+        seen.append((index.capacity.items, cat.index.capacity.items))
+
+    cat = LiveCatalog(sids[:40], vocab_size=8, spare=0.0, warm=warm)
+    old = cat.index.capacity.items
+    cat.add(sids[40:])  # past capacity: a background rebuild
+    cat.wait()
+    assert cat.swaps == 1 and seen == [(cat.index.capacity.items, old)]
+    assert cat.index.capacity.items >= 80 > old
 
 
 def test_additions_past_capacity_or_duplicates_leave_the_index_unchanged():

@@ -1,8 +1,10 @@
 """genret serve: recommendations, toggles and additions over HTTP (in-process, no socket),
-4xx naming the field with nothing changed, per-request constraints inside one server batch, and
-the load test's check on a short run."""
+4xx naming the field with nothing changed (strict types, malformed bodies, short echoes, size
+limit, bearer token), per-request constraints inside one server batch, additions that compile
+nothing, and the load test's check on a short run."""
 
 import asyncio
+import contextlib
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import pytest
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
+import jax  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from experiments import cli  # noqa: E402
@@ -38,11 +41,12 @@ def rec(request) -> serve_app.Recommender:
     return serve_app.Recommender(model, sids, ASINS, times, serve_cfg)
 
 
-def _run(rec, fn):
+def _run(rec, fn, token=None):
     """fn(client) on a fresh app (its own batcher) in a fresh event loop."""
 
     async def main():
-        transport = httpx.ASGITransport(app=serve_app.create_app(rec))
+        app = serve_app.create_app(rec) if token is None else serve_app.create_app(rec, token=token)
+        transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
             return await fn(c)
 
@@ -136,6 +140,15 @@ def test_added_item_is_decodable(rec):
         ("/items/add", {"items": [{"asin": "X", "sid": [0, 0]}]}, "items[0].sid"),
         ("/items/add", {"items": [{"asin": "X", "sid": [0, 0, 99]}]}, "items[0].sid"),
         ("/items/add", {"items": [{"asin": "A003", "sid": [0, 0, 0]}]}, "items[0].asin"),
+        # Strict types: nothing is coerced.
+        ("/recommend", {"history": ASINS[:2], "k": "5"}, "k"),
+        ("/recommend", {"history": ASINS[:2], "k": True}, "k"),
+        ("/recommend", {"history": ASINS[:2], "k": 5.0}, "k"),
+        ("/recommend", {"history": ASINS[:2], "newer_than": "400"}, "newer_than"),
+        ("/items/membership", {"asins": ["A001"], "set": "new", "member": "yes"}, "member"),
+        ("/items/membership", {"asins": ["A001"], "set": "new", "member": 1}, "member"),
+        ("/items/add", {"items": [{"asin": "X", "sid": ["1", 2, 3]}]}, "items[0].sid[0]"),
+        ("/items/add", {"items": [{"asin": "X", "sid": [1, 2, 3], "time": True}]}, "items[0].time"),
     ],
 )
 def test_bad_requests_are_422_naming_the_field_and_change_nothing(rec, path, body, field):
@@ -147,9 +160,188 @@ def test_bad_requests_are_422_naming_the_field_and_change_nothing(rec, path, bod
 
     r = _run(rec, go)
     assert r.status_code == 422, r.text
+    assert r.json().keys() == {"error", "field"}, r.json()
     assert r.json()["field"] == field and r.json()["error"].startswith(field), r.json()
     assert rec.catalog.num_items == n
     np.testing.assert_array_equal(np.asarray(rec.catalog.index.item_flags), before[0])
+
+
+JSON = {"content-type": "application/json"}
+
+
+@pytest.mark.parametrize(
+    "method,path,kwargs,status,field",
+    [
+        ("POST", "/recommend", {"content": b'{"history": [', "headers": JSON}, 422, "body"),
+        ("POST", "/recommend", {"content": b'{"history": ["\xff"]}', "headers": JSON}, 400, "body"),
+        (
+            "POST",
+            "/recommend",
+            {"content": b'{"k": ' + b"9" * 5000 + b"}", "headers": JSON},
+            400,
+            "body",
+        ),
+        ("POST", "/recommend", {"content": b'{"history": ["A001"]}'}, 415, "content-type"),
+        (
+            "POST",
+            "/recommend",
+            {"content": b'{"history": ["A001"]}', "headers": {"content-type": "text/plain"}},
+            415,
+            "content-type",
+        ),
+        ("POST", "/recommend", {"data": {"history": "A001"}}, 415, "content-type"),
+        ("POST", "/recommend", {}, 422, "body"),
+        ("POST", "/recommend", {"headers": JSON}, 422, "body"),
+        ("POST", "/recommend", {"json": ["A001"]}, 422, "body"),
+        ("POST", "/recommend", {"json": {"history": [["A001"]]}}, 422, "history[0]"),
+        ("POST", "/items/add", {"json": {"items": {"asin": "X", "sid": [1, 2, 3]}}}, 422, "items"),
+        (
+            "POST",
+            "/items/add",
+            {"json": {"items": [{"asin": "X", "sid": [1, 2, 3], "y": 0}]}},
+            422,
+            "items[0].y",
+        ),
+        ("POST", "/nope", {"json": {}}, 404, "path"),
+        ("GET", "/recommend", {}, 405, "method"),
+    ],
+)
+def test_malformed_requests_get_the_error_body(rec, method, path, kwargs, status, field):
+    """Bad JSON, bad encoding, wrong content type, no body, wrong nesting, unknown fields,
+    routes and methods: each the documented {"error", "field"} body, nothing else."""
+    n = rec.catalog.num_items
+
+    async def go(c):
+        return await c.request(method, path, **kwargs)
+
+    r = _run(rec, go)
+    assert (r.status_code, r.json().get("field")) == (status, field), r.text
+    assert r.json().keys() == {"error", "field"} and r.json()["error"].startswith(field + ": ")
+    assert rec.catalog.num_items == n
+
+
+MB = 1_000_000
+
+
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/recommend", {"history": ["x" * MB]}),
+        ("/recommend", {"history": ASINS[:2], "sets": ["s" * MB]}),
+        ("/recommend", {"history": ASINS[:2], "k": 10**4000}),
+        ("/recommend", {"history": ASINS[:2], "y" * MB: 1}),
+        ("/items/disable", {"asins": ["x" * MB]}),
+        ("/items/membership", {"asins": ["A001"], "set": "s" * MB, "member": True}),
+        ("/items/add", {"items": [{"asin": "A001", "sid": [0, 0, 0]}], "z" * MB: 0}),
+    ],
+)
+def test_error_bodies_quote_only_a_short_prefix_of_a_value(rec, path, body):
+    async def go(c):
+        return await c.post(path, json=body)
+
+    r = _run(rec, go)
+    assert r.status_code == 422 and len(r.content) < 400, (r.status_code, r.text[:200])
+    assert r.json().keys() == {"error", "field"}
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["content_length", "chunked"])
+def test_a_body_over_the_limit_is_413(rec, streamed):
+    limit = rec.cfg.max_body_bytes
+    body = b'{"history": ["' + b"x" * limit + b'"]}'
+
+    async def chunks():
+        for i in range(0, len(body), 1 << 16):
+            yield body[i : i + (1 << 16)]
+
+    async def go(c):
+        content = chunks() if streamed else body
+        big = await c.post("/recommend", content=content, headers=JSON)
+        small = await c.post("/recommend", json={"history": ASINS[:2], "k": 3})
+        return big, small
+
+    big, small = _run(rec, go)
+    assert big.status_code == 413, big.text[:200]
+    assert big.json() == {"error": f"body: over the limit of {limit} bytes", "field": "body"}
+    assert small.status_code == 200  # and the service goes on
+
+
+WRITES = [
+    ("/items/disable", {"asins": ["A010"]}),
+    ("/items/enable", {"asins": ["A010"]}),
+    ("/items/membership", {"asins": ["A010"], "set": "in_stock", "member": True}),
+]
+
+
+def test_write_routes_need_the_bearer_token_and_read_routes_stay_open(rec):
+    before = np.asarray(rec.catalog.index.item_flags).copy()
+
+    async def go(c):
+        out = []
+        for path, body in WRITES:
+            for auth in (None, "Bearer wrong", "Basic s3cret", "Bearer s3cret"):
+                headers = {} if auth is None else {"authorization": auth}
+                r = await c.post(path, json=body, headers=headers)
+                out.append((path, auth, r.status_code, r.json()))
+        reads = [
+            (await c.post("/recommend", json={"history": ASINS[:2], "k": 3})).status_code,
+            (await c.get("/health")).status_code,
+            (await c.get("/metrics")).status_code,
+            (await c.get("/docs")).status_code,
+        ]
+        return out, reads
+
+    out, reads = _run(rec, go, token="s3cret")
+    for path, auth, status, body in out:
+        if auth == "Bearer s3cret":
+            assert status == 200, (path, body)
+        else:
+            assert status == 401 and body["field"] == "authorization", (path, auth, body)
+            assert body.keys() == {"error", "field"}
+    assert reads == [200] * 4
+    np.testing.assert_array_equal(np.asarray(rec.catalog.index.item_flags), before)
+
+
+@contextlib.contextmanager
+def _lowered_programs():
+    """The programs JAX lowers (then compiles or loads) inside the block."""
+    seen = []
+
+    def listen(event, seconds, **kwargs):
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            seen.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def test_additions_within_capacity_compile_nothing(rec):
+    """Additions of any count that fit the index's spare capacity, and the recommendation after
+    them, run programs compiled at start-up: no request waits for a compile."""
+    used = {tuple(rec.catalog._sids[i]) for i in range(rec.catalog.num_items)}
+    # Free SIDs under existing 2-code prefixes: no new node is needed, so they fit.
+    prefixes = {s[:2] for s in used}
+    free = [s for s in np.ndindex(V, V, V) if s[:2] in prefixes and s not in used]
+    sizes = (1, 3, 6)
+    assert len(free) >= sum(sizes)
+    start = rec.catalog.num_items
+
+    async def go(c):
+        out, at = [], 0
+        for n in sizes:
+            items = [{"asin": f"FIT-{start + at + i}", "sid": list(free[at + i])} for i in range(n)]
+            at += n
+            out.append((await c.post("/items/add", json={"items": items})).json())
+        r = await c.post("/recommend", json={"history": [items[0]["asin"]], "k": 3})
+        return out, r
+
+    with _lowered_programs() as lowered:
+        out, r = _run(rec, go)
+    assert [x["decodable_now"] for x in out] == list(sizes), out  # all within capacity
+    assert r.status_code == 200
+    assert not lowered, f"{len(lowered)} programs compiled on the request path"
 
 
 def test_health_and_metrics_count_requests(rec):
@@ -175,9 +367,11 @@ def test_load_test_finds_no_disabled_item_and_no_error(rec):
     )
     histories = [[ASINS[(3 * u + j) % N] for j in range(3)] for u in range(20)]
 
-    async def main():
-        transport = httpx.ASGITransport(app=serve_app.create_app(rec))
-        return await serve_load.run_load("http://test", histories, cfg, transport=transport)
+    async def main():  # behind a token, which the toggles carry
+        transport = httpx.ASGITransport(app=serve_app.create_app(rec, token="s3cret"))
+        return await serve_load.run_load(
+            "http://test", histories, cfg, transport=transport, token="s3cret"
+        )
 
     result = asyncio.run(main())
     for level in result["levels"]:
@@ -185,6 +379,20 @@ def test_load_test_finds_no_disabled_item_and_no_error(rec):
         assert level["requests"] > 0 and level["toggles_per_s"] > 0
     assert sum(x["filtered_responses"] for x in result["levels"]) > 0
     assert "| 4 |" in serve_load.markdown(result)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "myhost.example"])
+def test_serve_off_loopback_without_a_token_refuses_in_one_line(
+    tmp_path, capsys, monkeypatch, host
+):
+    monkeypatch.delenv("GENRET_SERVE_TOKEN", raising=False)
+    assert cli.main(["serve", "--workdir", str(tmp_path), "--host", host]) == 1
+    err = capsys.readouterr().err
+    assert "--token" in err and "GENRET_SERVE_TOKEN" in err and len(err.strip().splitlines()) == 1
+    # With the token in the environment it goes on (to the missing retriever, here).
+    monkeypatch.setenv("GENRET_SERVE_TOKEN", "s3cret")
+    assert cli.main(["serve", "--workdir", str(tmp_path), "--host", host]) == 1
+    assert "genret prepare" in capsys.readouterr().err
 
 
 def test_serve_without_retriever_is_one_line_error(tmp_path, capsys):
