@@ -1,6 +1,7 @@
 """Every example command line runs as written: the `genret` lines of each command's --help (its
-module docstring and its flags' help) and of the code blocks of docs/guide/*.md parse with their
-command's parser and name only flags it has; the benchmarks among them, which need no work
+module docstring and its flags' help) and of the code blocks of the README, docs/*.md and
+docs/guide/*.md parse with their command's parser and name only flags it has (the documents'
+placeholders D, W, P and N filled in); the benchmarks among them, which need no work
 directory, run (at small sizes where the example's own take more than seconds)."""
 
 import argparse
@@ -15,6 +16,9 @@ from experiments import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDES = sorted((ROOT / "docs" / "guide").glob("*.md"))
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *GUIDES]
+# The placeholders of the documents' command lines: a dataset, a work directory, a fraction, a seed.
+PLACEHOLDERS = {"D": "beauty", "W": "runs/w", "P": "0.02", "N": "1"}
 
 
 def _cut(line: str) -> str:
@@ -42,13 +46,19 @@ def _guide_lines(path: Path) -> list[str]:
     for block in re.findall(r"```[^\n]*\n(.*?)```", path.read_text(), re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"^\s*(?:[A-Z_][A-Z0-9_]*=\S*\s+)*", "", line)
+            line = re.sub(r"^\.venv/bin/genret ", "genret ", line)
             if line.startswith("genret "):
-                found.append(shlex.join(shlex.split(line, comments=True)))
+                words = shlex.split(line, comments=True)
+                words = [
+                    re.sub(r"(?<=[= ])([DWPN])$", lambda m: PLACEHOLDERS[m[1]], " " + w)[1:]
+                    for w in words
+                ]
+                found.append(shlex.join(words))
     return found
 
 
 EXAMPLES = [(f"genret {n} --help", line) for n in cli.COMMANDS for line in _help_lines(n)] + [
-    (f"docs/guide/{p.name}", line) for p in GUIDES for line in _guide_lines(p)
+    (str(p.relative_to(ROOT)), line) for p in DOCUMENTS for line in _guide_lines(p)
 ]
 
 
