@@ -12,24 +12,12 @@ from data.config import SyntheticConfig
 from data.examples import loo_examples
 from data.types import Histories
 from rqvae import load_sids
-from rqvae.config import RQVAEConfig
 from rqvae.pipeline import tokenize_catalog
 from seqmodel.cooc_teacher import CoocTeacher
+from tests.rqvae.test_pipeline import CFG as TINY_RQVAE
 
-CFG = RQVAEConfig(
-    embed_dim=8,
-    tfidf_min_df=1,
-    codebook_size=8,
-    latent_dim=4,
-    hidden_dims=(8,),
-    batch_size=32,
-    num_steps=6,
-    warmup_steps=1,
-    restart_every=3,
-    checkpoint_every=3,
-    fit_on="warm",
-    cf_dim=4,
-)
+# The tokenizer tests' tiny RQ-VAE, fitted on the warm items with a co-occurrence part.
+CFG = dataclasses.replace(TINY_RQVAE, codebook_size=8, fit_on="warm", cf_dim=4)
 
 
 def _with_new_last_items(ds):
