@@ -7,6 +7,7 @@ from data import atomic
 from experiments import config as config_lib
 from experiments.config import Config, paper_dataset
 from experiments.evaluation import plots
+from experiments.pipeline import artifacts
 from experiments.pipeline.layout import RunLayout
 
 # STATIC ("Vectorizing the Trie") Table 3: cold-start Recall@1 as fractions; 1B model, beam 20.
@@ -271,6 +272,9 @@ def write_report(cfg: Config, layout: RunLayout) -> list[Path]:
     paper = paper_dataset(cfg.data)
     cold_paths = sorted(results_dir.glob("cold_start_*.json"))
     cold = [json.loads(p.read_text()) for p in cold_paths]
+    for path in [*cold_paths, layout.warm_result]:
+        if path.exists():
+            artifacts.check_result_current(layout, path, json.loads(path.read_text()))
     results = {p.name: r for p, r in zip(cold_paths, cold, strict=True)}
     # The papers' numbers only beside the datasets they were measured on.
     for r in cold:

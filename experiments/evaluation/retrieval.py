@@ -352,7 +352,7 @@ def evaluate_cold_start(
     ds, sids = load_inputs(cfg, layout)
     rdir = layout.retriever(which)
     model = load_retriever(layout, which)
-    checkpoint = evaluated_checkpoint(rdir)  # after the load: the step it restored
+    checkpoint = evaluated_checkpoint(rdir, layout.root)  # after the load: the step it restored
     split = (validation_split if validation else cold_start_split)(ds, fraction)
     V, L = model.space.codebook_size, model.space.num_levels
     targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
@@ -440,7 +440,7 @@ def evaluate_warm(
     ds, sids = load_inputs(cfg, layout)
     rdir = layout.retriever(loo)
     model = load_retriever(layout, loo)
-    checkpoint = evaluated_checkpoint(rdir)  # after the load: the step it restored
+    checkpoint = evaluated_checkpoint(rdir, layout.root)  # after the load: the step it restored
     # A missing member of the pipeline's own: the one-line "run the pipeline", before any is loaded.
     own = [require_retriever(layout, Split("loo", seed=s)) for s in cfg.eval.warm_ensemble_seeds]
     ensemble = [*own, *ensemble]

@@ -124,11 +124,14 @@ def trained_on(
     return info.get("inputs") == inputs_fingerprint(seq, data)
 
 
-def evaluated_checkpoint(rdir: Path) -> dict:
+def evaluated_checkpoint(rdir: Path, root: Path | None = None) -> dict:
     """The fields a results file records of the retriever checkpoint it evaluated: the step that
     `load_retriever` restores from `rdir` (its best; where that one does not restore, the newest
     that does, the others having been set aside), the run's best step (train_summary.json's; None
-    before training ends), whether the two differ (`fallback`), and the retriever's directory."""
+    before training ends), whether the two differ (`fallback`), the retriever's directory
+    (relative to the work directory `root` where it lies inside, so that a copied work directory
+    still points at its own) and the inputs fingerprint it was trained under
+    (`retriever_inputs`)."""
     from seqmodel.checkpoint import Checkpoints
 
     ckpts = Checkpoints(Path(rdir) / CHECKPOINTS_DIR)
@@ -140,12 +143,48 @@ def evaluated_checkpoint(rdir: Path) -> dict:
         best = json.loads((Path(rdir) / SUMMARY_FILE).read_text()).get("best_step")
     except (OSError, ValueError, AttributeError):
         best = None
+    where = Path(rdir).resolve()
+    if root is not None and where.is_relative_to(Path(root).resolve()):
+        where = where.relative_to(Path(root).resolve())
     return {
-        "retriever": str(Path(rdir).resolve()),
+        "retriever": str(where),
+        "retriever_inputs": _trained_inputs(Path(rdir)),
         "evaluated_step": step,
         "best_step": best,
         "fallback": best is not None and step != best,
     }
+
+
+def _trained_inputs(rdir: Path) -> str | None:
+    """The inputs fingerprint in a retriever's description (None where it cannot be read)."""
+    try:
+        return json.loads((rdir / MODEL_FILE).read_text()).get("inputs")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _recorded_retriever(result: dict, root: Path) -> Path | None:
+    """The retriever directory a results file records (relative ones under `root`), or None."""
+    rdir = result.get("retriever")
+    return None if not isinstance(rdir, str) else Path(root) / rdir
+
+
+def check_result_current(layout: RunLayout, path: Path, result: dict) -> None:
+    """An ArtifactError naming a results file whose numbers no longer describe the work
+    directory: the retriever it evaluated was trained again since, or was trained on other SIDs
+    than the tokenizer holds now. Results that record no retriever (model-free methods, files of
+    earlier versions) pass."""
+    rdir, inputs = _recorded_retriever(result, layout.root), result.get("retriever_inputs")
+    if rdir is None or inputs is None or not (rdir / MODEL_FILE).is_file():
+        return
+    again = f"rerun the evaluation that writes {Path(path).name}"
+    if _trained_inputs(rdir) != inputs:
+        raise ArtifactError(f"{path}: {rdir} was trained again after this evaluation; {again}")
+    if result.get("split") == "test":
+        fraction = result.get("cold_start_fraction")
+        split = Split("loo") if fraction is None else Split("cold", fraction)
+        if rdir.resolve() == layout.retriever(split).resolve():
+            check_retriever_inputs(layout, split, rdir)
 
 
 def load_json_result(path: Path) -> dict:
@@ -161,10 +200,17 @@ def load_json_result(path: Path) -> dict:
         raise ArtifactError(
             f"{path}: cannot be read ({type(e).__name__}); rerun the stage that writes it"
         ) from None
-    rdir, step = result.get("retriever"), result.get("evaluated_step")
+    # WORKDIR/results/NAME.json: relative retriever paths are under WORKDIR.
+    rdir = _recorded_retriever(result, Path(path).resolve().parent.parent)
+    step, inputs = result.get("evaluated_step"), result.get("retriever_inputs")
+    if rdir is not None and inputs is not None and (rdir / MODEL_FILE).is_file():
+        if _trained_inputs(rdir) != inputs:
+            raise ArtifactError(
+                f"{path}: {rdir} was trained again after this evaluation; rerun the evaluation"
+            )
     # Results from before steps were recorded, or whose retriever has moved: nothing to compare.
-    if isinstance(rdir, str) and step is not None and (Path(rdir) / CHECKPOINTS_DIR).is_dir():
-        now = evaluated_checkpoint(Path(rdir))["evaluated_step"]
+    if rdir is not None and step is not None and (rdir / CHECKPOINTS_DIR).is_dir():
+        now = evaluated_checkpoint(rdir)["evaluated_step"]
         if now != step:
             raise ArtifactError(
                 f"{path}: evaluated step {step} of {rdir}, which now restores step {now} (its "

@@ -1,6 +1,7 @@
-"""Every command that reads a trained retriever refuses, in one line, one whose tokenizer was
-trained again under another config since (the producing stage's config changed): parametrized
-over the commands, each naming the stale retriever and the command that retrains it."""
+"""Every command that reads a trained retriever, or results computed from one, refuses in one
+line one whose tokenizer was trained again under another config since (the producing stage's
+config changed): parametrized over the commands, each naming the stale retriever and the command
+that retrains it. The report also refuses results of a retriever trained again after them."""
 
 import shutil
 import subprocess
@@ -40,6 +41,7 @@ CONSUMERS = [
     (["diagnose", "--cold-start", "0.02"], "retriever_coldval_0.02"),
     (["train-draft", "--split", "loo"], "retriever_loo"),
     (["bench-decode"], "retriever_loo"),
+    (["report"], "retriever_loo"),  # results/warm.json evaluated it
 ]
 
 
@@ -65,3 +67,16 @@ def test_serve_refuses_it_before_listening(retrained):
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 1 and len(lines) == 1, out.stderr[-2000:]
     assert "retriever_loo" in lines[0] and "genret train-retriever" in lines[0], lines[0]
+
+
+@pytest.mark.slow
+def test_the_report_refuses_results_of_a_retriever_trained_again(retrained, tmp_path, capsys):
+    w = tmp_path / "w"
+    shutil.copytree(retrained, w)
+    # Trained again (on the new SIDs): results/warm.json describes the weights it replaced.
+    argv = ["train-retriever", "--workdir", str(w), "--split", "loo", *TRAIN_FAST]
+    assert cli.main([*argv, "--set", "seqmodel.seed=3"]) == 0
+    capsys.readouterr()
+    assert cli.main(["report", "--workdir", str(w)]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "warm.json" in lines[0] and "trained again" in lines[0], lines
