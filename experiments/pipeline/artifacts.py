@@ -169,18 +169,27 @@ def _recorded_retriever(result: dict, root: Path) -> Path | None:
     return None if not isinstance(rdir, str) else Path(root) / rdir
 
 
+def _check_same_weights(path: Path, rdir: Path, result: dict) -> None:
+    """An ArtifactError naming the results file when the retriever it evaluated, still in `rdir`,
+    was trained again since (its inputs fingerprint is not the one the results record)."""
+    inputs = result.get("retriever_inputs")
+    if inputs is not None and (rdir / MODEL_FILE).is_file() and _trained_inputs(rdir) != inputs:
+        raise ArtifactError(
+            f"{path}: {rdir} was trained again after this evaluation; rerun the evaluation that "
+            f"writes {Path(path).name}"
+        )
+
+
 def check_result_current(layout: RunLayout, path: Path, result: dict) -> None:
     """An ArtifactError naming a results file whose numbers no longer describe the work
     directory: the retriever it evaluated was trained again since, or was trained on other SIDs
     than the tokenizer holds now. Results that record no retriever (model-free methods, files of
     earlier versions) pass."""
-    rdir, inputs = _recorded_retriever(result, layout.root), result.get("retriever_inputs")
-    if rdir is None or inputs is None or not (rdir / MODEL_FILE).is_file():
+    rdir = _recorded_retriever(result, layout.root)
+    if rdir is None or result.get("retriever_inputs") is None:
         return
-    again = f"rerun the evaluation that writes {Path(path).name}"
-    if _trained_inputs(rdir) != inputs:
-        raise ArtifactError(f"{path}: {rdir} was trained again after this evaluation; {again}")
-    if result.get("split") == "test":
+    _check_same_weights(path, rdir, result)
+    if (rdir / MODEL_FILE).is_file() and result.get("split") == "test":
         fraction = result.get("cold_start_fraction")
         split = Split("loo") if fraction is None else Split("cold", fraction)
         if rdir.resolve() == layout.retriever(split).resolve():
@@ -202,12 +211,9 @@ def load_json_result(path: Path) -> dict:
         ) from None
     # WORKDIR/results/NAME.json: relative retriever paths are under WORKDIR.
     rdir = _recorded_retriever(result, Path(path).resolve().parent.parent)
-    step, inputs = result.get("evaluated_step"), result.get("retriever_inputs")
-    if rdir is not None and inputs is not None and (rdir / MODEL_FILE).is_file():
-        if _trained_inputs(rdir) != inputs:
-            raise ArtifactError(
-                f"{path}: {rdir} was trained again after this evaluation; rerun the evaluation"
-            )
+    step = result.get("evaluated_step")
+    if rdir is not None:
+        _check_same_weights(path, rdir, result)
     # Results from before steps were recorded, or whose retriever has moved: nothing to compare.
     if rdir is not None and step is not None and (rdir / CHECKPOINTS_DIR).is_dir():
         now = evaluated_checkpoint(rdir)["evaluated_step"]
