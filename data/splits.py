@@ -169,10 +169,11 @@ def tokenizer_histories(ds: InteractionData, fractions: tuple[float, ...]) -> Hi
     n = h.lengths()
     user_of, pos = _positions(h)
     drop = (n[user_of] >= 3) & (pos >= n[user_of] - 2)
+    first_time = np.asarray(ds.catalog.first_time)
     for fraction in fractions:
         real = cold_start_split(ds, fraction)
         real_drop = _held_out(h, real.cold_mask)
-        val = validation_split(ds, fraction)
+        val = _cold_split(real.train, first_time, fraction, real.cold_mask)  # validation_split's
         val_drop = _from_target(real.train, val.cold_mask)
         # real.train holds the entries of h that real_drop keeps, in order.
         drop |= real_drop
