@@ -5,6 +5,8 @@ Each subclasses the builtins a caller would otherwise catch (ValueError, FileNot
 code written against the builtins keeps working.
 """
 
+from collections.abc import Iterator
+
 
 class GenretError(Exception):
     """Base of every error the project raises on purpose; its message is one line for a user."""
@@ -42,12 +44,15 @@ def os_reason(error: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
-def os_error_in(error: BaseException) -> OSError | None:
-    """The OSError from the system (it carries an errno) that `error` is or was raised from."""
+def causes(error: BaseException | None) -> Iterator[BaseException]:
+    """`error`, then what it was raised from (its cause, else its context), and so on."""
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, OSError) and error.errno is not None:
-            return error
+        yield error
         seen.add(id(error))
         error = error.__cause__ or error.__context__
-    return None
+
+
+def os_error_in(error: BaseException) -> OSError | None:
+    """The OSError from the system (it carries an errno) that `error` is or was raised from."""
+    return next((e for e in causes(error) if isinstance(e, OSError) and e.errno is not None), None)

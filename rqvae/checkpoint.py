@@ -20,7 +20,7 @@ import jax
 import orbax.checkpoint as ocp
 from tqdm.auto import tqdm
 
-from data.errors import WriteError, os_reason
+from data.errors import WriteError, causes, os_reason
 
 T = TypeVar("T")
 DAMAGED = "damaged"  # <checkpoints>/damaged/<name>-<step>: checkpoints that did not restore
@@ -208,14 +208,11 @@ def saving(directory: Path) -> Iterator[None]:
 def _system_errno(error: BaseException) -> int | None:
     """The errno of a write the system refused: an OSError's, or the one tensorstore names in its
     message ("... No space left on device [os_error_code='28']")."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, OSError) and error.errno is not None:
-            return error.errno
-        if found := re.search(r"os_error_code='?(\d+)", str(error)):
+    for e in causes(error):
+        if isinstance(e, OSError) and e.errno is not None:
+            return e.errno
+        if found := re.search(r"os_error_code='?(\d+)", str(e)):
             return int(found.group(1))
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
     return None
 
 
