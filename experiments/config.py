@@ -41,6 +41,11 @@ class EvalConfig:
     # item-text embeddings (rqvae.embedder; TF-IDF + SVD by default), or "tfidf", the same
     # TF-IDF rows never projected (rqvae.embed.tfidf_matrix, sparse; rqvae.tfidf_* settings).
     cold_content_vectors: str = "embeddings"
+    # A LIGER-style hybrid (method `hybrid`): the content neighbour's ranking and STATIC's beams
+    # (method `static`) fused by weighted reciprocal rank, weight 1 / (cold_hybrid_offset + rank)
+    # for STATIC and cold_hybrid_weight times that for the content neighbour. 0: off.
+    cold_hybrid_weight: float = 0.0
+    cold_hybrid_offset: float = 60.0
     # Leave-one-out beam scores (eval-warm): the joint log-probability minus this multiple of the
     # training log prior of the first `warm_prior_levels` codes, a popularity correction for a
     # retriever that under-ranks rarely bought items. Plain STATIC is also reported when set.
@@ -196,6 +201,11 @@ def validate(cfg: Config) -> Config:
         raise ArgumentError(f"eval.cold_content_weight={w}: must be finite and >= 0 (0: off)")
     if not (math.isfinite(t) and t > 0):
         raise ArgumentError(f"eval.cold_content_temperature={t}: must be finite and > 0")
+    w, k0 = cfg.eval.cold_hybrid_weight, cfg.eval.cold_hybrid_offset
+    if not (math.isfinite(w) and w >= 0):
+        raise ArgumentError(f"eval.cold_hybrid_weight={w}: must be finite and >= 0 (0: off)")
+    if not (math.isfinite(k0) and k0 > 0):
+        raise ArgumentError(f"eval.cold_hybrid_offset={k0}: must be finite and > 0")
     if cfg.eval.cold_content_vectors not in CONTENT_VECTORS:
         raise ArgumentError(
             f"eval.cold_content_vectors={cfg.eval.cold_content_vectors!r}: must be one of "

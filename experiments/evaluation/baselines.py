@@ -199,3 +199,43 @@ def cooccurrence_metrics(
         m.update(metrics.latency_summary(np.array([seconds])))
         out.append(m)
     return out[0], out[1]
+
+
+def rank_fusion(
+    rankings: list[Int[np.ndarray, "U K"]], weights: list[float], *, offset: float, k: int
+) -> Int[np.ndarray, "U k"]:
+    """Weighted reciprocal rank fusion: each item's score is the sum over the rankings holding it
+    of weight / (offset + its 0-based rank there); the top-k by score, ties to the lower catalog
+    index, -1 padding where fewer than k items appear. Entries < 0 in a ranking are padding."""
+    if len(rankings) != len(weights) or not rankings:
+        raise ValueError("rank_fusion: one weight per ranking, at least one ranking")
+    if offset <= 0 or k < 1:
+        raise ValueError(f"rank_fusion: offset must be > 0 and k >= 1, got {offset}, {k}")
+    U = len(rankings[0])
+    items = np.concatenate([np.asarray(r, np.int64) for r in rankings], axis=1)  # [U, sum K]
+    score = np.concatenate(
+        [
+            np.broadcast_to(w / (offset + np.arange(r.shape[1], dtype=np.float64)), r.shape)
+            for r, w in zip(rankings, weights, strict=True)
+        ],
+        axis=1,
+    )
+    score = np.where(items >= 0, score, 0.0)
+    # Sum the scores of an item's entries: sort each row by item, add up runs of equal items.
+    order = np.argsort(items, axis=1, kind="stable")
+    items = np.take_along_axis(items, order, axis=1)
+    score = np.take_along_axis(score, order, axis=1)
+    first = np.ones_like(items, bool)
+    first[:, 1:] = items[:, 1:] != items[:, :-1]
+    run = np.cumsum(first, axis=1) - 1  # run id of each entry within its row
+    total = np.zeros(items.shape, np.float64)
+    np.add.at(total, (np.arange(U)[:, None].repeat(items.shape[1], 1), run), score)
+    ids = np.where(first & (items >= 0), items, -1)
+    # Keep one entry per item (its run's total), the rest -inf; rank by -total, then item id.
+    fused = np.where(ids >= 0, np.take_along_axis(total, run, axis=1), -np.inf)
+    best = np.lexsort((ids, -fused), axis=1)[:, :k]
+    out = np.take_along_axis(ids, best, axis=1)
+    out = np.where(np.isfinite(np.take_along_axis(fused, best, axis=1)), out, -1)
+    if out.shape[1] < k:
+        out = np.pad(out, ((0, 0), (0, k - out.shape[1])), constant_values=-1)
+    return out

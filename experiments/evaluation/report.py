@@ -40,9 +40,11 @@ PLAIN = "static_plain"
 CONTENT_PRIOR = "static_content"
 # The retrievers' leave-one-out beams with the co-occurrence prior (eval.warm_cooc_weight).
 COOCCURRENCE_PRIOR = "static_cooccurrence"
-# Reported where every result has it: the content nearest neighbour (no model), plain STATIC, and
-# STATIC with the content prior.
-OPTIONAL = ("content", PLAIN, CONTENT_PRIOR)
+# STATIC's beams and the content neighbour's ranking fused (eval.cold_hybrid_weight).
+HYBRID = "hybrid"
+# Reported where every result has it: the content nearest neighbour (no model), plain STATIC,
+# STATIC with the content prior, and the hybrid.
+OPTIONAL = ("content", PLAIN, CONTENT_PRIOR, HYBRID)
 
 
 def _methods(results: list[dict]) -> tuple[str, ...]:
@@ -65,6 +67,11 @@ def scoring_note(results: list[dict]) -> str:
                 f"content prior weight {s['content_weight']:g} at temperature "
                 f"{s['content_temperature']:g}"
             )
+        if HYBRID in r["methods"] and "hybrid_weight" in s:
+            parts.append(
+                f"hybrid content weight {s['hybrid_weight']:g} at rank offset "
+                f"{s['hybrid_offset']:g}"
+            )
         if parts:
             notes.append(f"{r['cold_start_fraction']:g}: {', '.join(parts)}")
     tfidf = any(r.get("content_vectors") == "tfidf" for r in results)
@@ -83,6 +90,12 @@ def scoring_note(results: list[dict]) -> str:
             f" `{CONTENT_PRIOR}` is `static` plus the content neighbour's softmax over the cold "
             "items, entered level by level (eval.cold_content_weight, "
             "eval.cold_content_temperature)."
+        )
+    if any(HYBRID in r["methods"] for r in results):
+        text += (
+            f" `{HYBRID}` fuses `static`'s beams and the content neighbour's ranking by weighted "
+            "reciprocal rank (eval.cold_hybrid_weight, eval.cold_hybrid_offset), as LIGER fuses "
+            "dense and generative retrieval."
         )
     if tfidf:
         text += (

@@ -38,11 +38,14 @@ from experiments.evaluation.baselines import (
     CooccurrencePrior,
     content_metrics,
     content_queries,
+    content_ranking,
     cooccurrence_metrics,
     cosines,
     loo_training,
+    rank_fusion,
 )
-from experiments.evaluation.report import CONTENT_PRIOR, COOCCURRENCE_PRIOR
+from experiments.evaluation.decode import Decoded
+from experiments.evaluation.report import CONTENT_PRIOR, COOCCURRENCE_PRIOR, HYBRID
 from experiments.pipeline.artifacts import (
     evaluated_checkpoint,
     load_dataset,
@@ -315,6 +318,35 @@ def _model_free(
     }
 
 
+def hybrid_metrics(
+    eval_cfg: EvalConfig,
+    static: Decoded,
+    emb: np.ndarray,
+    histories: Histories,
+    split: ColdStartSplit,
+    targets: np.ndarray,
+) -> dict:
+    """The LIGER-style hybrid: STATIC's valid beams and the content neighbour's top-K over the
+    cold set fused by weighted reciprocal rank (eval.cold_hybrid_weight, _offset); its latency is
+    STATIC's plus the content neighbour's."""
+    K = eval_cfg.beam_size
+    start = time.perf_counter()
+    content = content_ranking(emb, histories, split.cold_items, k=K)
+    fused = rank_fusion(
+        [np.where(static.valid, static.items, -1), content],
+        [1.0, eval_cfg.cold_hybrid_weight],
+        offset=eval_cfg.cold_hybrid_offset,
+        k=K,
+    )
+    seconds = (time.perf_counter() - start) / max(len(targets), 1)
+    out = metrics.ranking_metrics(fused, targets, ks=(1, 5, 10), ndcg_ks=(5, 10))
+    out["valid_rate"] = out["cold_rate"] = float(
+        np.isin(fused[fused >= 0], split.cold_items).mean()
+    )
+    out.update(metrics.latency_summary(static.seconds_per_user + seconds))
+    return out
+
+
 def evaluate_cold_baselines(
     cfg: Config, layout: RunLayout, fraction: float, *, validation: bool = False
 ) -> dict:
@@ -389,12 +421,24 @@ def evaluate_cold_start(
         for name in decoded
     }
     methods.update(_model_free(cfg, split, targets, emb, histories))
+    if cfg.eval.cold_hybrid_weight:
+        methods[HYBRID] = hybrid_metrics(
+            cfg.eval, decoded["static"], emb, histories, split, targets
+        )
     overhead = decoded["static"].seconds_per_user / decoded["unconstrained"].seconds_per_user
     result = {
         **_cold_header(cfg, split, len(targets), validation),
         "methods": {
             k: methods[k]
-            for k in ("unconstrained", "random", "content", "static", "static_plain", CONTENT_PRIOR)
+            for k in (
+                "unconstrained",
+                "random",
+                "content",
+                "static",
+                "static_plain",
+                CONTENT_PRIOR,
+                HYBRID,
+            )
             if k in methods
         },
         "scoring": {
@@ -405,6 +449,9 @@ def evaluate_cold_start(
         "static_index_build_seconds": build_seconds,
         "static_index_bytes": int(index.nbytes()["total"]),
     }
+    if cfg.eval.cold_hybrid_weight:
+        result["scoring"]["hybrid_weight"] = cfg.eval.cold_hybrid_weight
+        result["scoring"]["hybrid_offset"] = cfg.eval.cold_hybrid_offset
     if cfg.eval.cold_content_weight:
         result["scoring"]["content_weight"] = cfg.eval.cold_content_weight
         result["scoring"]["content_temperature"] = cfg.eval.cold_content_temperature
