@@ -130,15 +130,14 @@ class StaticConstraint(Constraint):
         # constraints"); the comments below say why each gather gets the same entries either way.
         s = jnp.clip(state, 0, idx.capacity.nodes - 1)
         # row_ptr has capacity.nodes + 1 entries and 0 <= s <= nodes - 1, so s and s + 1 are in it.
-        start = jnp.take(idx.row_ptr, s, mode="clip")
-        end = jnp.take(idx.row_ptr, s + 1, mode="clip")
+        start, end = _row_ptr(idx, s), _row_ptr(idx, s + 1)
         edge_BKW = start[..., None] + _iota(width, state.ndim)
         valid = edge_BKW < end[..., None]
         # Slot w is edge start + w: its token comes from the edge list, its log-prob from the
         # model's V log-probs at that token. Invalid slots (past the node's last edge) may index
         # past the edge list, which the clip keeps in it (as before); every entry, padding
         # included (0), is a token in [0, V), so the log-prob gather is always in range.
-        tok_BKW = jnp.take(idx.tokens, edge_BKW, mode="clip").astype(jnp.int32)
+        tok_BKW = _edge_tokens(idx, edge_BKW)
         lp_BKW = jnp.take_along_axis(
             log_probs, tok_BKW, axis=-1, mode="clip", wrap_negative_indices=False
         )
@@ -169,6 +168,32 @@ jax.tree_util.register_dataclass(StaticConstraint, data_fields=["index"], meta_f
 
 def _iota(n: int, lead: int) -> Int[Array, "..."]:
     return jnp.arange(n, dtype=jnp.int32).reshape((1,) * lead + (n,))
+
+
+def _row_ptr(idx: StaticIndex, s: Int[Array, "..."]) -> Int[Array, "..."]:
+    """The first edge of CSR row s (0 <= s <= capacity.nodes), in either layout."""
+    off = jnp.take(idx.row_ptr, s, mode="clip").astype(jnp.int32)
+    if idx.layout == "csr":
+        return off
+    # Compact: row_base[s >> 5] is row_ptr at row s rounded down to its block of ROW_BLOCK = 32.
+    return jnp.take(idx.row_base, s >> 5, mode="clip") + off
+
+
+def _edge_tokens(idx: StaticIndex, e: Int[Array, "..."]) -> Int[Array, "..."]:
+    """The token of edge e, in either layout; 0 for e past the stored edges."""
+    if idx.layout == "csr":
+        return jnp.take(idx.tokens, e, mode="clip").astype(jnp.int32)
+    # Compact: 32 tokens of b bits fill b words, so token e starts at bit (e & 31) * b of the
+    # block at word (e >> 5) * b; no product e * b, which would leave int32 past 2**31 / b edges.
+    b = idx.token_bits
+    pos = (e & 31) * b
+    word = (e >> 5) * b + (pos >> 5)
+    shift = (pos & 31).astype(jnp.uint32)
+    lo = jnp.take(idx.tokens, word, mode="clip") >> shift
+    # The token's high bits spill into the next word when shift + b > 32. Shifting by 1 and then
+    # by 31 - shift moves them in place with no shift of 32 (undefined in C, 0 in XLA) at shift 0.
+    hi = (jnp.take(idx.tokens, word + 1, mode="clip") << 1) << (31 - shift)
+    return ((lo | hi) & jnp.uint32((1 << b) - 1)).astype(jnp.int32)
 
 
 def _bit(words: ArrayLike, offset: int, code: Int[Array, "..."]) -> Bool[Array, "..."]:
@@ -214,10 +239,9 @@ def contains(index: StaticIndex, sids: Int[ArrayLike, "Q L"]) -> Bool[Array, " Q
         width = index.capacity.widths[level - d]
         s = jnp.clip(state, 0, index.capacity.nodes - 1)
         # In range as in `candidates` (row_ptr has nodes + 1 entries, s <= nodes - 1).
-        start = jnp.take(index.row_ptr, s, mode="clip")
-        end = jnp.take(index.row_ptr, s + 1, mode="clip")
+        start, end = _row_ptr(index, s), _row_ptr(index, s + 1)
         edge_QW = start[:, None] + _iota(width, 1)
-        tok_QW = jnp.take(index.tokens, edge_QW, mode="clip").astype(jnp.int32)
+        tok_QW = _edge_tokens(index, edge_QW)
         match_QW = (edge_QW < end[:, None]) & (tok_QW == t[:, None])
         ok &= match_QW.any(axis=1)
         # Tokens are distinct per node, so argmax finds the one match; its edge e leads to node

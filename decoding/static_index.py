@@ -8,6 +8,12 @@ Layout (levels are 0-based; the node of depth l is a prefix of l codes):
   order and so are the edges, hence the children of a node are contiguous and sorted, and the child
   reached through edge e is node e + num_dense_nodes (no next-state array is stored);
 - per sparse level the maximum branch width (rounded up to a power of two), a static shape.
+Two layouts of the CSR (`layout`, a static choice that is part of the capacity):
+- "csr" (default): `row_ptr` int32 [nodes + 1], `tokens` uint16 (V <= 65536) or int32 per edge;
+- "compact": `row_base` int32 holds row_ptr at every 32nd row and `row_ptr` only each row's offset
+  from its block's base (uint8, uint16 or int32: `Capacity.delta_bits`); `tokens` packs the edge
+  tokens at b = bit_length(V - 1) bits each into uint32 words, 32 tokens in b whole words. At 1e7
+  random 8 x 11-bit SIDs that is ~15 bytes per item instead of ~34, for two more gathers per step.
 A later end token for variable-length sequences is one more code whose edge leads to a childless
 node; the kernel is the same at every depth, so nothing here assumes equal lengths except `build`.
 """
@@ -29,6 +35,9 @@ from jaxtyping import ArrayLike
 ArrayInput = ArrayLike | Sequence
 _MAX_DENSE_BITS = 1 << 28  # 32 MiB of mask per dense depth at most
 _INT32_MAX = np.iinfo(np.int32).max
+ROW_BLOCK = 32  # compact layout: rows per stored base (a shift of 5 in the kernel)
+LAYOUTS = ("csr", "compact")
+_DELTA_DTYPES = {0: np.int32, 8: np.uint8, 16: np.uint16, 32: np.int32}  # by Capacity.delta_bits
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -38,12 +47,17 @@ class Capacity:
     nodes: int  # CSR rows (sparse source nodes), padded
     edges: int  # CSR entries, padded
     widths: tuple[int, ...]  # max branch width per sparse level (levels d..L-1)
+    # Compact layout only: bits of each row's offset from its block base (8, 16 or 32); 0 means
+    # the "csr" layout (int32 row pointers, one token per array entry).
+    delta_bits: int = 0
 
     def fits(self, other: "Capacity") -> bool:
         """True when an index needing `other` fits into this capacity."""
         return (
             self.nodes >= other.nodes
             and self.edges >= other.edges
+            and (self.delta_bits == 0) == (other.delta_bits == 0)
+            and self.delta_bits >= other.delta_bits
             and len(self.widths) == len(other.widths)
             and all(a >= b for a, b in zip(self.widths, other.widths, strict=True))
         )
@@ -68,14 +82,25 @@ class StaticIndex:
     # Leaves are typed Any: numpy on the host, jax arrays or tracers on device, specs in tree maps.
     dense_words: Any  # uint32, masks of depths 1..d concatenated
     rank: Any  # int32 [words of the depth-d mask], set bits before each word
-    row_ptr: Any  # int32 [nodes + 1]
-    tokens: Any  # uint16 (V <= 65536) else int32 [edges]
+    row_ptr: Any  # csr: int32 [nodes + 1]; compact: offsets from row_base, [nodes + 1]
+    tokens: Any  # csr: uint16 (V <= 65536) else int32 [edges]; compact: packed uint32 words
+    row_base: Any  # compact: int32 [ceil((nodes + 1) / 32)], row_ptr at rows 0, 32, ...; csr: [1]
     num_dense_nodes: Any  # int32 scalar: nodes of depth d (the first CSR rows)
     num_items: Any  # int32 scalar: distinct SIDs
     vocab_size: int
     num_levels: int
     dense_levels: int
     capacity: Capacity
+
+    @property
+    def layout(self) -> str:
+        """The CSR layout, "csr" or "compact" (see the module docstring)."""
+        return "compact" if self.capacity.delta_bits else "csr"
+
+    @property
+    def token_bits(self) -> int:
+        """Bits per packed token in the compact layout."""
+        return max(1, (self.vocab_size - 1).bit_length())
 
     @property
     def dense_offsets(self) -> tuple[int, ...]:
@@ -92,6 +117,7 @@ class StaticIndex:
             "dense_masks": self.dense_words.nbytes,
             "dense_rank": self.rank.nbytes,
             "row_ptr": self.row_ptr.nbytes,
+            "row_base": self.row_base.nbytes,
             "tokens": self.tokens.nbytes,
         }
         parts["total"] = sum(parts.values())
@@ -105,13 +131,16 @@ class StaticIndex:
         vocab_size: int,
         dense_levels: int | None = None,
         capacity: Capacity | None = None,
+        layout: str = "csr",
     ) -> "StaticIndex":
         """Builds the index from allowed SIDs int[N, L], any order, duplicates allowed.
 
         `dense_levels` d in [0, L] (default min(2, L); ValueError outside) is lowered while V**d
         bits would exceed 2**28; `capacity` pads to a given bucket (ValueError when the set does
-        not fit) instead of the default rounding.
+        not fit) instead of the default rounding; `layout` is "csr" or "compact" (same beams).
         """
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         sids = _check_sids(sids, vocab_size)
         N, L = sids.shape
         V = vocab_size
@@ -146,7 +175,14 @@ class StaticIndex:
             capacity = Capacity(
                 nodes=bucket(num_nodes), edges=bucket(num_edges), widths=tuple(widths)
             )
-        elif not capacity.fits(needed):
+        elif capacity.delta_bits not in _DELTA_DTYPES or (capacity.delta_bits > 0) != (
+            layout == "compact"
+        ):
+            raise ValueError(
+                f"capacity: delta_bits={capacity.delta_bits} does not fit layout {layout!r} "
+                "(0 for csr, 8, 16 or 32 for compact)"
+            )
+        if not capacity.fits(dataclasses.replace(needed, delta_bits=capacity.delta_bits)):
             raise ValueError(
                 f"capacity: {capacity} is too small for this set, which needs {needed}"
             )
@@ -165,11 +201,24 @@ class StaticIndex:
             tokens[edge_off : edge_off + counts[lev + 1]] = cols[lev][starts[lev]]
             node_off += counts[lev]
             edge_off += counts[lev + 1]
+        row_base = np.zeros(1, np.int32)
+        if layout == "compact":
+            row_base, delta, bits = _compact_rows(row_ptr)
+            if capacity.delta_bits == 0:
+                capacity = dataclasses.replace(capacity, delta_bits=bits)
+            elif bits > capacity.delta_bits:
+                raise ValueError(
+                    f"capacity: {capacity} is too small for this set, whose row offsets need "
+                    f"delta_bits={bits}"
+                )
+            row_ptr = delta.astype(_DELTA_DTYPES[capacity.delta_bits])
+            tokens = _pack_tokens(tokens, max(1, (V - 1).bit_length()))
         return cls(
             dense_words=dense_words,
             rank=rank,
             row_ptr=row_ptr,
             tokens=tokens,
+            row_base=row_base,
             num_dense_nodes=np.asarray(counts[d], dtype=np.int32),
             num_items=np.asarray(M, dtype=np.int32),
             vocab_size=V,
@@ -205,17 +254,26 @@ class StaticIndex:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such STATIC index file")
         with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in ("meta", *_DATA_FIELDS) if k not in z.files]
+            # Files written before the compact layout have no row_base (a csr index).
+            missing = [k for k in ("meta", *_DATA_FIELDS) if k not in z.files and k != "row_base"]
             if missing:
                 raise ValueError(f"{path}: not a STATIC index (missing {missing})")
             meta = json.loads(z["meta"].tobytes().decode())
-            arrays = {f: z[f] for f in _DATA_FIELDS}
+            arrays = {f: z[f] if f in z.files else np.zeros(1, np.int32) for f in _DATA_FIELDS}
         cap = meta.pop("capacity")
         cap["widths"] = tuple(cap["widths"])
         return cls(**arrays, **meta, capacity=Capacity(**cap))
 
 
-_DATA_FIELDS = ("dense_words", "rank", "row_ptr", "tokens", "num_dense_nodes", "num_items")
+_DATA_FIELDS = (
+    "dense_words",
+    "rank",
+    "row_ptr",
+    "tokens",
+    "row_base",
+    "num_dense_nodes",
+    "num_items",
+)
 jax.tree_util.register_dataclass(
     StaticIndex,
     data_fields=list(_DATA_FIELDS),
@@ -368,3 +426,36 @@ def _dense_masks(cols, starts, V: int, d: int) -> tuple[np.ndarray, np.ndarray]:
     per_word = bitmap.reshape(-1, 32).sum(axis=1, dtype=np.int32)
     rank = np.concatenate([[0], np.cumsum(per_word)[:-1]]).astype(np.int32)
     return np.concatenate(parts).astype(np.uint32), rank
+
+
+def _delta_bits(max_delta: int) -> int:
+    """The narrowest of 8, 16 and 32 bits that holds offsets up to `max_delta`."""
+    return 8 if max_delta < 1 << 8 else 16 if max_delta < 1 << 16 else 32
+
+
+def _compact_rows(row_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Row pointers as a base per ROW_BLOCK rows, each row's int32 offset from it, and the bits
+    those offsets need (row pointers never decrease, so every offset is >= 0)."""
+    base = row_ptr[::ROW_BLOCK].copy()
+    delta = row_ptr - np.repeat(base, ROW_BLOCK)[: len(row_ptr)]
+    return base, delta, _delta_bits(int(delta.max()))
+
+
+def _pack_tokens(tokens: np.ndarray, bits: int) -> np.ndarray:
+    """Tokens at `bits` bits each, little-endian, into uint32 words; 32 tokens fill `bits` words.
+
+    Token e starts at bit (e % 32) * bits of the block of words from (e // 32) * bits on, so the
+    kernel finds it without a product e * bits that could leave int32. One zero word follows, so
+    that the kernel may always read the word after a token's first.
+    """
+    n_blocks = -(-len(tokens) // ROW_BLOCK)
+    out = np.zeros(n_blocks * bits + 1, np.uint32)
+    shifts = np.arange(bits, dtype=np.uint32)
+    step = 1 << 16  # blocks per chunk: keeps the [chunk, 32, bits] bit array near 2**25 bytes
+    for a in range(0, n_blocks, step):
+        chunk = tokens[a * ROW_BLOCK : (a + step) * ROW_BLOCK].astype(np.uint32)
+        chunk = np.pad(chunk, (0, -len(chunk) % ROW_BLOCK))
+        bit = ((chunk[:, None] >> shifts) & 1).astype(np.uint8)  # [32 * blocks, bits]
+        words = np.packbits(bit.reshape(-1), bitorder="little").view("<u4")
+        out[a * bits : a * bits + len(words)] = words
+    return out
