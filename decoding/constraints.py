@@ -130,7 +130,7 @@ class StaticConstraint(Constraint):
         # constraints"); the comments below say why each gather gets the same entries either way.
         s = jnp.clip(state, 0, idx.capacity.nodes - 1)
         # row_ptr has capacity.nodes + 1 entries and 0 <= s <= nodes - 1, so s and s + 1 are in it.
-        start, end = _row_ptr(idx, s), _row_ptr(idx, s + 1)
+        start, end = _row_range(idx, s)
         edge_BKW = start[..., None] + _iota(width, state.ndim)
         valid = edge_BKW < end[..., None]
         # Slot w is edge start + w: its token comes from the edge list, its log-prob from the
@@ -170,30 +170,47 @@ def _iota(n: int, lead: int) -> Int[Array, "..."]:
     return jnp.arange(n, dtype=jnp.int32).reshape((1,) * lead + (n,))
 
 
-def _row_ptr(idx: StaticIndex, s: Int[Array, "..."]) -> Int[Array, "..."]:
-    """The first edge of CSR row s (0 <= s <= capacity.nodes), in either layout."""
-    off = jnp.take(idx.row_ptr, s, mode="clip").astype(jnp.int32)
+def _row_range(idx: StaticIndex, s: Int[Array, "..."]) -> tuple[Int[Array, "..."], ...]:
+    """First and one-past-last edge of CSR row s (0 <= s < capacity.nodes), in either layout."""
     if idx.layout == "csr":
-        return off
-    # Compact: row_base[s >> 5] is row_ptr at row s rounded down to its block of ROW_BLOCK = 32.
-    return jnp.take(idx.row_base, s >> 5, mode="clip") + off
+        return _take(idx.row_ptr, s), _take(idx.row_ptr, s + 1)
+    # Compact: row_ptr[s] is row_base[s >> 5] plus the stored offset of row s. Row s + 1 has the
+    # same base unless s ends its block of ROW_BLOCK = 32; row_base has one entry more than there
+    # are blocks, so both bases come from one 2-wide window, as do both offsets.
+    d0, d1 = _pair(idx.row_ptr, s)
+    b0, b1 = _pair(idx.row_base, s >> 5)
+    return b0 + d0.astype(jnp.int32), jnp.where((s & 31) == 31, b1, b0) + d1.astype(jnp.int32)
 
 
 def _edge_tokens(idx: StaticIndex, e: Int[Array, "..."]) -> Int[Array, "..."]:
-    """The token of edge e, in either layout; 0 for e past the stored edges."""
+    """The token of edge e, in either layout; some token in [0, V) for e past the real edges."""
     if idx.layout == "csr":
-        return jnp.take(idx.tokens, e, mode="clip").astype(jnp.int32)
+        return _take(idx.tokens, e)
     # Compact: 32 tokens of b bits fill b words, so token e starts at bit (e & 31) * b of the
     # block at word (e >> 5) * b; no product e * b, which would leave int32 past 2**31 / b edges.
     b = idx.token_bits
     pos = (e & 31) * b
-    word = (e >> 5) * b + (pos >> 5)
     shift = (pos & 31).astype(jnp.uint32)
-    lo = jnp.take(idx.tokens, word, mode="clip") >> shift
-    # The token's high bits spill into the next word when shift + b > 32. Shifting by 1 and then
-    # by 31 - shift moves them in place with no shift of 32 (undefined in C, 0 in XLA) at shift 0.
-    hi = (jnp.take(idx.tokens, word + 1, mode="clip") << 1) << (31 - shift)
-    return ((lo | hi) & jnp.uint32((1 << b) - 1)).astype(jnp.int32)
+    # Its high bits spill into the next word when shift + b > 32; one zero word follows the last
+    # block, so a real edge's next word exists. Shifting by 1, then by 31 - shift, moves them in
+    # place with no shift by 32 (which XLA defines as 0, but C leaves undefined) at shift 0.
+    lo, hi = _pair(idx.tokens, (e >> 5) * b + (pos >> 5))
+    tok = (((hi << 1) << (31 - shift)) | (lo >> shift)) & jnp.uint32((1 << b) - 1)
+    # Past the real edges the window is clipped and b bits may exceed V - 1 (V not a power of 2).
+    return jnp.minimum(tok.astype(jnp.int32), idx.vocab_size - 1)
+
+
+def _take(a: ArrayLike, i: Int[Array, "..."]) -> Int[Array, "..."]:
+    return jnp.take(a, i, mode="clip").astype(jnp.int32)
+
+
+def _pair(a: ArrayLike, i: Int[Array, "..."]) -> tuple[Array, Array]:
+    """a[i] and a[i + 1] from one gather of a 2-wide window (clipped to fit in `a`)."""
+    dims = jax.lax.GatherDimensionNumbers(
+        offset_dims=(i.ndim,), collapsed_slice_dims=(), start_index_map=(0,)
+    )
+    w = jax.lax.gather(a, i[..., None], dims, slice_sizes=(2,), mode="clip")
+    return w[..., 0], w[..., 1]
 
 
 def _bit(words: ArrayLike, offset: int, code: Int[Array, "..."]) -> Bool[Array, "..."]:
@@ -239,7 +256,7 @@ def contains(index: StaticIndex, sids: Int[ArrayLike, "Q L"]) -> Bool[Array, " Q
         width = index.capacity.widths[level - d]
         s = jnp.clip(state, 0, index.capacity.nodes - 1)
         # In range as in `candidates` (row_ptr has nodes + 1 entries, s <= nodes - 1).
-        start, end = _row_ptr(index, s), _row_ptr(index, s + 1)
+        start, end = _row_range(index, s)
         edge_QW = start[:, None] + _iota(width, 1)
         tok_QW = _edge_tokens(index, edge_QW)
         match_QW = (edge_QW < end[:, None]) & (tok_QW == t[:, None])

@@ -10,12 +10,10 @@ Layout (levels are 0-based; the node of depth l is a prefix of l codes):
 - per sparse level the maximum branch width (rounded up to a power of two), a static shape.
 Two layouts of the CSR (`layout`, a static choice that is part of the capacity):
 - "csr" (default): `row_ptr` int32 [nodes + 1], `tokens` uint16 (V <= 65536) or int32 per edge;
-- "compact": `row_base` int32 holds row_ptr at every 32nd row and `row_ptr` only each row's offset
-  from its block's base (uint8, uint16 or int32: `Capacity.delta_bits`); `tokens` packs the edge
-  tokens at b = bit_length(V - 1) bits each into uint32 words, 32 tokens in b whole words. At 1e7
-  random 8 x 11-bit SIDs that is ~15 bytes per item instead of ~34, for two more gathers per step.
-A later end token for variable-length sequences is one more code whose edge leads to a childless
-node; the kernel is the same at every depth, so nothing here assumes equal lengths except `build`.
+- "compact": `row_base` int32 holds row_ptr at every 32nd row (and the last) and `row_ptr` only
+  each row's offset from its block's base (uint8, uint16 or int32: `Capacity.delta_bits`);
+  `tokens` packs the edge tokens at b = bit_length(V - 1) bits each into uint32 words, 32 tokens
+  in b whole words. At 1e7 random 8 x 11-bit SIDs: ~15 bytes per item instead of ~34.
 """
 
 import dataclasses
@@ -84,7 +82,9 @@ class StaticIndex:
     rank: Any  # int32 [words of the depth-d mask], set bits before each word
     row_ptr: Any  # csr: int32 [nodes + 1]; compact: offsets from row_base, [nodes + 1]
     tokens: Any  # csr: uint16 (V <= 65536) else int32 [edges]; compact: packed uint32 words
-    row_base: Any  # compact: int32 [ceil((nodes + 1) / 32)], row_ptr at rows 0, 32, ...; csr: [1]
+    row_base: (
+        Any  # compact: int32 [ceil((nodes + 1) / 32) + 1], row_ptr at rows 0, 32, ...; csr: [1]
+    )
     num_dense_nodes: Any  # int32 scalar: nodes of depth d (the first CSR rows)
     num_items: Any  # int32 scalar: distinct SIDs
     vocab_size: int
@@ -436,7 +436,8 @@ def _delta_bits(max_delta: int) -> int:
 def _compact_rows(row_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """Row pointers as a base per ROW_BLOCK rows, each row's int32 offset from it, and the bits
     those offsets need (row pointers never decrease, so every offset is >= 0)."""
-    base = row_ptr[::ROW_BLOCK].copy()
+    # One base more than there are blocks: the kernel reads bases b and b + 1 as one window.
+    base = np.append(row_ptr[::ROW_BLOCK], row_ptr[-1])
     delta = row_ptr - np.repeat(base, ROW_BLOCK)[: len(row_ptr)]
     return base, delta, _delta_bits(int(delta.max()))
 

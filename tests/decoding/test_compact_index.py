@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decoding import Capacity, StaticConstraint, StaticIndex, beam_search, contains
-from decoding.constraints import _edge_tokens, _row_ptr
+from decoding.constraints import _edge_tokens, _row_range
 from tests.decoding.helpers import random_log_probs, run, table_step
 
 
@@ -22,12 +22,14 @@ def test_compact_decodes_to_the_csr_arrays(V, L, d):
     com = StaticIndex.build(sids, vocab_size=V, dense_levels=d, layout="compact")
     assert com.layout == "compact" and csr.layout == "csr"
     assert com.capacity.delta_bits == 8 and com.row_ptr.dtype == np.uint8
-    rows = jnp.arange(csr.capacity.nodes + 1)
-    np.testing.assert_array_equal(_row_ptr(com, rows), csr.row_ptr, err_msg="row pointers")
-    # Edges past the capacity (slots of invalid candidates) read 0, a token in [0, V).
-    edges = jnp.arange(csr.capacity.edges + 64)
-    want = np.concatenate([csr.tokens.astype(np.int32), np.zeros(64, np.int32)])
-    np.testing.assert_array_equal(_edge_tokens(com, edges), want, err_msg="tokens")
+    start, end = _row_range(com, jnp.arange(csr.capacity.nodes))
+    np.testing.assert_array_equal(start, csr.row_ptr[:-1], err_msg="row starts")
+    np.testing.assert_array_equal(end, csr.row_ptr[1:], err_msg="row ends")
+    edges = jnp.arange(csr.capacity.edges)
+    np.testing.assert_array_equal(_edge_tokens(com, edges), csr.tokens, err_msg="tokens")
+    # Slots past the capacity (invalid candidates) still read a token in [0, V).
+    past = np.asarray(_edge_tokens(com, csr.capacity.edges + jnp.arange(64)))
+    assert ((past >= 0) & (past < V)).all()
     assert com.nbytes()["total"] < csr.nbytes()["total"]
 
 
@@ -35,7 +37,7 @@ def test_compact_known_trie():
     sids = np.array([[1, 0, 2], [0, 1, 1], [1, 0, 1], [0, 1, 1], [1, 1, 0]])
     idx = StaticIndex.build(sids, vocab_size=3, dense_levels=1, layout="compact")
     # csr row_ptr [0, 1, 3, 4, 6, 7, ...] is one block: base 0, offsets as is.
-    assert idx.row_base.tolist() == [0] and idx.row_ptr[:6].tolist() == [0, 1, 3, 4, 6, 7]
+    assert idx.row_base.tolist() == [0, 7] and idx.row_ptr[:6].tolist() == [0, 1, 3, 4, 6, 7]
     # Tokens [1, 0, 1, 1, 1, 2, 0] at 2 bits each, little-endian in one word.
     assert int(idx.tokens[0]) == sum(t << (2 * i) for i, t in enumerate([1, 0, 1, 1, 1, 2, 0]))
     assert idx.tokens.shape == (2 * -(-idx.capacity.edges // 32) + 1,)
@@ -48,7 +50,9 @@ def test_wide_rows_take_wider_offsets():
     idx = StaticIndex.build(sids, vocab_size=V, dense_levels=1, layout="compact")
     assert idx.capacity.delta_bits == 16 and idx.row_ptr.dtype == np.uint16
     csr = StaticIndex.build(sids, vocab_size=V, dense_levels=1)
-    np.testing.assert_array_equal(_row_ptr(idx, jnp.arange(len(csr.row_ptr))), csr.row_ptr)
+    start, end = _row_range(idx, jnp.arange(len(csr.row_ptr) - 1))
+    np.testing.assert_array_equal(start, csr.row_ptr[:-1])
+    np.testing.assert_array_equal(end, csr.row_ptr[1:])
     with pytest.raises(ValueError, match="delta_bits=16"):
         StaticIndex.build(
             sids,
