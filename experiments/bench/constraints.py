@@ -17,7 +17,15 @@ from decoding.beam_search import beam_search, first_level, next_level
 from decoding.constraints import Constraint, StaticConstraint, Unconstrained, contains
 from decoding.static_index import StaticIndex
 
-METHODS = ("static", "static_stored_next", "cpu_trie", "ppv_exact", "ppv_approx", "hash_bitmap")
+METHODS = (
+    "static",
+    "static_compact",
+    "static_stored_next",
+    "cpu_trie",
+    "ppv_exact",
+    "ppv_approx",
+    "hash_bitmap",
+)
 _ROWS = 64  # log-prob table rows: the step's log-probs depend on the previous code
 
 
@@ -65,9 +73,10 @@ def random_sids(num_items: int, levels: int, vocab: int, seed: int) -> np.ndarra
 def build(method: str, sids: np.ndarray, cfg: BenchConfig) -> Constraint:
     """The constraint of one method over `sids`."""
     V = cfg.vocab
-    if method in ("static", "static_stored_next"):
-        idx = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.dense_levels)
-        if method == "static":
+    if method in ("static", "static_compact", "static_stored_next"):
+        layout = "compact" if method == "static_compact" else "csr"
+        idx = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.dense_levels, layout=layout)
+        if method != "static_stored_next":
             return StaticConstraint(idx)
         nxt = np.arange(idx.capacity.edges, dtype=np.int32) + int(idx.num_dense_nodes)
         return _StoredNextStatic(idx, nxt)
@@ -112,7 +121,7 @@ def measure_build(cfg: BenchConfig) -> dict:
     idx = StaticIndex.build(sids, vocab_size=cfg.vocab, dense_levels=cfg.dense_levels)
     build_s = time.perf_counter() - t0
     nbytes = idx.nbytes()
-    return {
+    out = {
         "config": dataclasses.asdict(cfg),
         "build_s": build_s,
         "input_bytes": sids.nbytes,
@@ -122,6 +131,20 @@ def measure_build(cfg: BenchConfig) -> dict:
         "peak_rss_gib_before_build": rss_before,
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }
+    if "static_compact" in cfg.methods:
+        del idx
+        t0 = time.perf_counter()
+        idx = StaticIndex.build(
+            sids, vocab_size=cfg.vocab, dense_levels=cfg.dense_levels, layout="compact"
+        )
+        compact = idx.nbytes()
+        out["compact"] = {
+            "build_s": time.perf_counter() - t0,
+            "index_bytes": compact,
+            "bytes_per_item": compact["total"] / cfg.num_items,
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        }
+    return out
 
 
 def _table_step(table, tokens, level, cache):

@@ -12,7 +12,7 @@ TINY = ["--num-items", "200", "--vocab", "16", "--levels", "3", "--beam", "4", "
 @pytest.mark.slow
 def test_bench_constraints_writes_json(tmp_path, capsys):
     out = tmp_path / "b.json"
-    methods = "static,ppv_exact,hash_bitmap"
+    methods = "static,static_compact,ppv_exact,hash_bitmap"
     assert cli.main(["bench-constraints", *TINY, "--methods", methods, "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert json.loads(capsys.readouterr().out) == result
@@ -24,6 +24,7 @@ def test_bench_constraints_writes_json(tmp_path, capsys):
         assert 0.0 <= m["valid_rate"] <= 1.0
     # 200 random SIDs of 16**3 leave at least 4 allowed per batch row: exact methods fill K.
     assert result["methods"]["static"]["valid_rate"] == 1.0
+    assert result["methods"]["static_compact"]["valid_rate"] == 1.0
     assert result["methods"]["ppv_exact"]["valid_rate"] == 1.0
     assert 0.0 <= result["methods"]["hash_bitmap"]["false_positive_rate"] <= 1.0
 
@@ -48,3 +49,12 @@ def test_build_only_is_charged_for_a_build_not_a_search(monkeypatch, capsys):
     assert cli.main(args) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--num-items 100,000,000" in err and "GiB" in err
+
+
+def test_build_only_reports_the_compact_layout_beside_csr(capsys):
+    args = ["bench-constraints", *TINY, "--build-only", "--methods", "static,static_compact"]
+    assert cli.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    compact = result["compact"]
+    assert 0 < compact["index_bytes"]["total"] < result["index_bytes"]["total"]
+    assert compact["bytes_per_item"] == compact["index_bytes"]["total"] / 200
