@@ -436,9 +436,11 @@ def _delta_bits(max_delta: int) -> int:
 def _compact_rows(row_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """Row pointers as a base per ROW_BLOCK rows, each row's int32 offset from it, and the bits
     those offsets need (row pointers never decrease, so every offset is >= 0)."""
+    n = len(row_ptr)
+    blocks = np.pad(row_ptr, (0, -n % ROW_BLOCK), mode="edge").reshape(-1, ROW_BLOCK)
     # One base more than there are blocks: the kernel reads bases b and b + 1 as one window.
-    base = np.append(row_ptr[::ROW_BLOCK], row_ptr[-1])
-    delta = row_ptr - np.repeat(base, ROW_BLOCK)[: len(row_ptr)]
+    base = np.append(blocks[:, 0], row_ptr[-1])
+    delta = (blocks - blocks[:, :1]).reshape(-1)[:n]
     return base, delta, _delta_bits(int(delta.max()))
 
 
@@ -451,12 +453,16 @@ def _pack_tokens(tokens: np.ndarray, bits: int) -> np.ndarray:
     """
     n_blocks = -(-len(tokens) // ROW_BLOCK)
     out = np.zeros(n_blocks * bits + 1, np.uint32)
-    shifts = np.arange(bits, dtype=np.uint32)
-    step = 1 << 16  # blocks per chunk: keeps the [chunk, 32, bits] bit array near 2**25 bytes
+    blocks_out = out[:-1].reshape(n_blocks, bits)
+    step = 1 << 18  # blocks per chunk: a 32 MiB uint32 copy of the tokens at most
     for a in range(0, n_blocks, step):
         chunk = tokens[a * ROW_BLOCK : (a + step) * ROW_BLOCK].astype(np.uint32)
-        chunk = np.pad(chunk, (0, -len(chunk) % ROW_BLOCK))
-        bit = ((chunk[:, None] >> shifts) & 1).astype(np.uint8)  # [32 * blocks, bits]
-        words = np.packbits(bit.reshape(-1), bitorder="little").view("<u4")
-        out[a * bits : a * bits + len(words)] = words
+        chunk = np.pad(chunk, (0, -len(chunk) % ROW_BLOCK)).reshape(-1, ROW_BLOCK)
+        dst = blocks_out[a : a + len(chunk)]
+        # Token r of every block at once: its low bits into word w, the rest into word w + 1.
+        for r in range(ROW_BLOCK):
+            w, shift = divmod(r * bits, 32)
+            dst[:, w] |= chunk[:, r] << np.uint32(shift)
+            if shift + bits > 32:
+                dst[:, w + 1] |= chunk[:, r] >> np.uint32(32 - shift)
     return out
