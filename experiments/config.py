@@ -37,6 +37,10 @@ class EvalConfig:
     # 0: off (the method is not run).
     cold_content_weight: float = 0.0
     cold_content_temperature: float = 0.05
+    # static_content searches with one beam per cold item, so its top eval.beam_size are those of
+    # the summed scores over the whole cold set (no item pruned at a shallow level), at the cost
+    # of a beam as wide as the cold set; False: a beam of eval.beam_size.
+    cold_content_exact: bool = False
     # The item vectors of the content neighbour and of its prior: "embeddings", the tokenizer's
     # item-text embeddings (rqvae.embedder; TF-IDF + SVD by default), or "tfidf", the same
     # TF-IDF rows never projected (rqvae.embed.tfidf_matrix, sparse; rqvae.tfidf_* settings).

@@ -65,7 +65,7 @@ def scoring_note(results: list[dict]) -> str:
         if CONTENT_PRIOR in r["methods"] and "content_weight" in s:
             parts.append(
                 f"content prior weight {s['content_weight']:g} at temperature "
-                f"{s['content_temperature']:g}"
+                f"{s['content_temperature']:g}" + (", exact" if s.get("content_exact") else "")
             )
         if HYBRID in r["methods"] and "hybrid_weight" in s:
             parts.append(
@@ -89,7 +89,8 @@ def scoring_note(results: list[dict]) -> str:
         text += (
             f" `{CONTENT_PRIOR}` is `static` plus the content neighbour's softmax over the cold "
             "items, entered level by level (eval.cold_content_weight, "
-            "eval.cold_content_temperature)."
+            "eval.cold_content_temperature); exact: with one beam per cold item "
+            "(eval.cold_content_exact)."
         )
     if any(HYBRID in r["methods"] for r in results):
         text += (

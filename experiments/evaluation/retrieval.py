@@ -6,12 +6,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
 from data import atomic
 from data.environment import environment
 from data.errors import ArgumentError, ArtifactError
+from data.pipeline import padded_batches
 from data.splits import (
     ColdStartSplit,
     LeaveOneOutSplit,
@@ -24,6 +26,7 @@ from data.splits import (
 )
 from data.types import Histories, InteractionData
 from decoding import (
+    BeamResult,
     LevelScoring,
     PrefixTable,
     StaticConstraint,
@@ -135,6 +138,9 @@ def _content_inputs(
     return emb, Histories.from_lists([split.test_histories[int(u)] for u in users])
 
 
+EXACT_CALL_USERS = 64  # cold_content_exact's memory bound: at most this many users' K-wide beams
+
+
 def content_prior_method(
     cfg: Config,
     split: ColdStartSplit,
@@ -153,19 +159,34 @@ def content_prior_method(
     unit, queries = content_queries(emb, histories)
     cold_unit = unit[split.cold_items].T
     table = PrefixTable.build(index_sids, model.space.codebook_size)
+    K = cfg.eval.beam_size
+    # Exact: one beam per cold item, so no item is pruned at a shallow level and the top K are
+    # those of the summed scores over the whole cold set.
+    beam = max(K, len(index_sids)) if cfg.eval.cold_content_exact else K
     run = prior_retrieval_fn(
         model,
         constraint,
         table,
         weight=cfg.eval.cold_content_weight,
-        beam_size=cfg.eval.beam_size,
+        beam_size=beam,
         scoring=scoring,
     )
     t = cfg.eval.cold_content_temperature
+    # Users per call: as many beams per call as K-wide beams of EXACT_CALL_USERS users.
+    chunk = max(1, EXACT_CALL_USERS * K // beam)
 
     def decode_batch(tokens: np.ndarray, rows: np.ndarray):
         sim = cosines(queries[rows], cold_unit).astype(np.float32)  # [B, C]
-        return run(tokens, table.conditional_log_prior(sim / t))
+        bias = table.conditional_log_prior(sim / t)
+        if beam == K:
+            return run(tokens, bias)
+        parts = [run(tok, b) for tok, b in padded_batches(tokens, bias, batch_size=chunk)]
+        return BeamResult(
+            *(
+                jnp.concatenate([getattr(r, f)[:, :K] for r in parts])[: len(tokens)]
+                for f in ("tokens", "scores", "valid")
+            )
+        )
 
     return decode_batch, np.arange(len(histories))
 
@@ -455,6 +476,7 @@ def evaluate_cold_start(
     if cfg.eval.cold_content_weight:
         result["scoring"]["content_weight"] = cfg.eval.cold_content_weight
         result["scoring"]["content_temperature"] = cfg.eval.cold_content_temperature
+        result["scoring"]["content_exact"] = cfg.eval.cold_content_exact
     result.update(checkpoint)
     result["environment"] = environment()
     atomic.write_json(layout.cold_start_result(fraction, validation=validation), result)
