@@ -1,11 +1,17 @@
-"""Several devices: the batch sharded along a `data` mesh axis, the constraint index replicated."""
+"""Several devices: the batch sharded along a `data` mesh axis; the constraint index replicated,
+or its large tables split by rows over an `index` axis (`shard_index`, `shard_live`)."""
 
+import dataclasses
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from jaxtyping import PyTree
+from jaxtyping import Array, Int, PyTree
+
+from decoding.constraints import StaticConstraint
+from decoding.static_index import StaticIndex
 
 
 def data_mesh(devices: Sequence[jax.Device] | np.ndarray | None = None, axis: str = "data") -> Mesh:
@@ -26,3 +32,95 @@ def shard_batch(tree: PyTree, mesh: Mesh, axis: str = "data") -> PyTree:
 def replicate(tree: PyTree, mesh: Mesh) -> PyTree:
     """Puts every leaf (e.g. a constraint's index arrays) whole on every device."""
     return jax.device_put(tree, NamedSharding(mesh, PartitionSpec()))
+
+
+def device_nbytes(tree: PyTree) -> dict[jax.Device, int]:
+    """Bytes each device holds of the tree's arrays (a replicated leaf counts on every device)."""
+    out: dict[jax.Device, int] = {}
+    for leaf in jax.tree.leaves(tree):
+        for shard in leaf.addressable_shards:
+            out[shard.device] = out.get(shard.device, 0) + shard.data.nbytes
+    return out
+
+
+def sharded_take(table: Array, idx: Int[Array, "..."], *, mesh: Mesh, axis: str) -> Array:
+    """table[idx] along axis 0 (0 <= idx < rows) for a table whose rows are split into equal
+    contiguous blocks over the mesh axis `axis`; the result is replicated over `axis`.
+
+    Each device gathers the indices that fall in its block and writes 0 elsewhere, then one psum
+    adds the blocks' answers: only [idx.shape + row] values cross devices, never the table.
+    Integer tables narrower than 32 bits come back as int32 (the psum's type).
+    """
+    n = mesh.shape[axis]
+    rows = table.shape[0] // n
+    if rows * n != table.shape[0]:
+        raise ValueError(f"table rows {table.shape[0]} do not split evenly over {n} devices")
+
+    def local(t, i):
+        j = i - jax.lax.axis_index(axis) * rows
+        here = (j >= 0) & (j < rows)
+        v = jnp.take(t, jnp.clip(j, 0, rows - 1), axis=0, mode="clip")
+        if jnp.issubdtype(v.dtype, jnp.integer) and v.dtype.itemsize < 4:
+            v = v.astype(jnp.int32)
+        here = here.reshape(here.shape + (1,) * (v.ndim - here.ndim))
+        # Exactly one block holds row i, so the sum is its value (the others add zeros).
+        return jax.lax.psum(jnp.where(here, v, jnp.zeros((), v.dtype)), axis)
+
+    spec = PartitionSpec(axis)
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(spec, PartitionSpec()),
+        out_specs=PartitionSpec(),
+        axis_names=frozenset({axis}),
+    )(table, idx)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardedStaticConstraint(StaticConstraint):
+    """STATIC with the CSR (row_ptr, tokens) split by rows over a mesh axis; the dense masks and
+    their rank directory (V**d bits, ~1 MB at V = 2048, d = 2) stay replicated. Node and edge
+    ids are the replicated index's, so both walk the same states and give the same beams."""
+
+    mesh: Mesh = None
+    axis: str = "index"
+
+    def _row_bounds(self, s):
+        # One collective for both bounds: rows s and s + 1 (<= capacity.nodes, never padding).
+        both = sharded_take(
+            self.index.row_ptr, jnp.stack([s, s + 1]), mesh=self.mesh, axis=self.axis
+        )
+        return both[0], both[1]
+
+    def _edge_tokens(self, edge):
+        # Clip to the real edge list first, as the replicated take does (the tail is padding).
+        edge = jnp.clip(edge, 0, self.index.capacity.edges - 1)
+        return sharded_take(self.index.tokens, edge, mesh=self.mesh, axis=self.axis)
+
+
+jax.tree_util.register_dataclass(
+    ShardedStaticConstraint, data_fields=["index"], meta_fields=["mesh", "axis"]
+)
+
+
+def _pad_rows(x: np.ndarray, n: int, fill) -> np.ndarray:
+    extra = -len(x) % n
+    return np.concatenate([x, np.full((extra,) + x.shape[1:], fill, x.dtype)]) if extra else x
+
+
+def shard_index(index: StaticIndex, mesh: Mesh, axis: str = "index") -> ShardedStaticConstraint:
+    """The STATIC constraint over `index` with row_ptr and tokens split by rows over `axis`.
+
+    Both are padded to a multiple of the axis size (padding rows have no children, padding
+    edges are never read), then placed one contiguous block per device.
+    """
+    n = mesh.shape[axis]
+    row_ptr = np.asarray(index.row_ptr)
+    split = dataclasses.replace(
+        index,
+        row_ptr=_pad_rows(row_ptr, n, row_ptr[-1]),
+        tokens=_pad_rows(np.asarray(index.tokens), n, 0),
+    )
+    rows, whole = NamedSharding(mesh, PartitionSpec(axis)), NamedSharding(mesh, PartitionSpec())
+    shardings = dataclasses.replace(jax.tree.map(lambda _: whole, split), row_ptr=rows, tokens=rows)
+    return ShardedStaticConstraint(jax.device_put(split, shardings), mesh, axis)
