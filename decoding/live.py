@@ -258,19 +258,34 @@ def _leaf_values(flags: np.ndarray, times: np.ndarray, S: int) -> np.ndarray:
     return np.where(ok, times[..., None], np.int32(_EMPTY))
 
 
-def _newest(index: LiveIndex, d: int, nodes: Array, R: Array) -> Array:
+class Gather:
+    """The row gathers a search makes in the live tables (a sharded index answers them across
+    devices, `decoding.sharding.shard_live`); indices are in range, so they clip."""
+
+    def rows(self, table: Array, idx: Array) -> Array:
+        """table[idx] along axis 0."""
+        return jnp.take(table, idx, axis=0, mode="clip")
+
+    def summary(self, summ: Array, R: Array, nodes: Array) -> Array:
+        """summ[R, nodes] of one depth's maxima [2**S, nodes]; R and nodes broadcast."""
+        return jnp.take(summ.reshape(-1), R * summ.shape[1] + nodes, mode="clip")
+
+
+_LOCAL = Gather()
+
+
+def _newest(index: LiveIndex, d: int, nodes: Array, R: Array, take: Gather = _LOCAL) -> Array:
     """The newest time of an enabled item in every set of R under depth-d nodes (items at
     d = L), `_EMPTY` where none; `nodes` and `R` broadcast, rank for rank."""
     if d == index.num_levels:
         need = R | ENABLED
-        f = jnp.take(index.item_flags, nodes, mode="clip")
-        return jnp.where((f & need) == need, jnp.take(index.item_time, nodes, mode="clip"), _EMPTY)
+        f = take.rows(index.item_flags, nodes)
+        return jnp.where((f & need) == need, take.rows(index.item_time, nodes), _EMPTY)
     if d <= len(index.summary):
-        summ = index.summary[d - 1]  # [2**S, nodes] flattened: one gather
-        return jnp.take(summ.reshape(-1), R * summ.shape[1] + nodes, mode="clip")
+        return take.summary(index.summary[d - 1], R, nodes)  # one gather
     # A depth without maxima: the max over the node's children (a few leaf slots in all).
-    kids = jnp.take(index.child[d], nodes, axis=0, mode="clip")  # [..., W_d]
-    val = _newest(index, d + 1, jnp.maximum(kids, 0), R[..., None])
+    kids = take.rows(index.child[d], nodes)  # [..., W_d]
+    val = _newest(index, d + 1, jnp.maximum(kids, 0), R[..., None], take)
     return jnp.where(kids >= 0, val, _EMPTY).max(axis=-1)
 
 
@@ -612,20 +627,23 @@ class LiveConstraint(Constraint):
     def candidates(
         self, level: Level, state: Int[Array, "B K"], log_probs: Float[Array, "B K V"]
     ) -> Candidates:
-        idx, lev = self.index, int(level)
+        idx, lev, take = self.index, int(level), self._gather()
         # Every index here is in range (states are node ids, tokens < V), so the gathers clip
         # instead of wrapping negatives and filling: no per-candidate select around them.
-        kids = jnp.take(idx.child[lev], state, axis=0, mode="clip")  # [B, K, W]: child slots
-        tok = jnp.take(idx.tok[lev], state, axis=0, mode="clip")
+        kids = take.rows(idx.child[lev], state)  # [B, K, W]: child slots
+        tok = take.rows(idx.tok[lev], state)
         k = jnp.maximum(kids, 0)
         R = self.row_sets.astype(jnp.int32)[:, None, None]
         # A window below TIME_MIN would admit _EMPTY (no item) as "new enough".
         t = jnp.maximum(self.row_min_time.astype(jnp.int32), TIME_MIN)[:, None, None]
         # The child's maximum for mask R answers "some enabled item in all sets of R, as new as
         # t" for its whole subtree (one gather per candidate where the depth stores maxima).
-        ok = _newest(idx, lev + 1, k, R) >= t
+        ok = _newest(idx, lev + 1, k, R, take) >= t
         lp = jnp.take_along_axis(log_probs, tok, axis=-1, mode="clip", wrap_negative_indices=False)
         return Candidates(tok.astype(jnp.int32), lp, (kids >= 0) & ok, k)
+
+    def _gather(self) -> Gather:
+        return _LOCAL
 
     def advance(
         self, level: Level, state: Int[Array, "B K"], tokens: Int[Array, "B K"], aux: Any

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, Int, PyTree
 
 from decoding.constraints import StaticConstraint
+from decoding.live import Gather, LiveCapacity, LiveConstraint, LiveIndex
 from decoding.static_index import StaticIndex
 
 
@@ -69,7 +70,7 @@ def sharded_take(table: Array, idx: Int[Array, "..."], *, mesh: Mesh, axis: str)
     spec = PartitionSpec(axis)
     return jax.shard_map(
         local,
-        mesh=mesh,
+        mesh=_auto(mesh),
         in_specs=(spec, PartitionSpec()),
         out_specs=PartitionSpec(),
         axis_names=frozenset({axis}),
@@ -121,6 +122,117 @@ def shard_index(index: StaticIndex, mesh: Mesh, axis: str = "index") -> ShardedS
         row_ptr=_pad_rows(row_ptr, n, row_ptr[-1]),
         tokens=_pad_rows(np.asarray(index.tokens), n, 0),
     )
+    mesh = _auto(mesh)
     rows, whole = NamedSharding(mesh, PartitionSpec(axis)), NamedSharding(mesh, PartitionSpec())
     shardings = dataclasses.replace(jax.tree.map(lambda _: whole, split), row_ptr=rows, tokens=rows)
     return ShardedStaticConstraint(jax.device_put(split, shardings), mesh, axis)
+
+
+def _splits(rows: int, n: int) -> bool:
+    return rows >= n and rows % n == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShardedGather(Gather):
+    """Gathers from live tables whose rows (maxima: columns) are split over a mesh axis; a table
+    whose length does not divide evenly is replicated (`shard_live`) and read locally."""
+
+    mesh: Mesh
+    axis: str
+
+    def rows(self, table, idx):
+        if not _splits(table.shape[0], self.mesh.shape[self.axis]):
+            return super().rows(table, idx)
+        idx = jnp.clip(idx, 0, table.shape[0] - 1)
+        return sharded_take(table, idx, mesh=self.mesh, axis=self.axis)
+
+    def summary(self, summ, R, nodes):
+        n = self.mesh.shape[self.axis]
+        if not _splits(summ.shape[1], n):
+            return super().summary(summ, R, nodes)
+        rows = summ.shape[1] // n
+        R, nodes = jnp.broadcast_arrays(R, nodes)
+
+        def local(s, r, i):
+            j = i - jax.lax.axis_index(self.axis) * rows
+            v = jnp.take(s.reshape(-1), r * rows + jnp.clip(j, 0, rows - 1), mode="clip")
+            return jax.lax.psum(jnp.where((j >= 0) & (j < rows), v, 0), self.axis)
+
+        return jax.shard_map(
+            local,
+            mesh=_auto(self.mesh),
+            in_specs=(PartitionSpec(None, self.axis), PartitionSpec(), PartitionSpec()),
+            out_specs=PartitionSpec(),
+            axis_names=frozenset({self.axis}),
+        )(summ, R, nodes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardedLiveConstraint(LiveConstraint):
+    """`LiveConstraint` over an index placed by `shard_live`: the same candidates, each row
+    gather answered by the device holding that row (one psum of the [B, K, ...] answers)."""
+
+    mesh: Mesh = None
+    axis: str = "index"
+
+    def _gather(self) -> Gather:
+        return _ShardedGather(self.mesh, self.axis)
+
+
+jax.tree_util.register_dataclass(
+    ShardedLiveConstraint,
+    data_fields=["index", "row_sets", "row_min_time"],
+    meta_fields=["mesh", "axis"],
+)
+
+
+def split_capacity(capacity: LiveCapacity, n: int) -> LiveCapacity:
+    """`capacity` with item and node slots rounded up to multiples of n, so that `shard_live`
+    splits every table but the root's."""
+    up = lambda x: -(-x // n) * n  # noqa: E731
+    return dataclasses.replace(
+        capacity,
+        items=up(capacity.items),
+        nodes=capacity.nodes[:1] + tuple(up(x) for x in capacity.nodes[1:]),
+    )
+
+
+def live_shardings(index: LiveIndex, mesh: Mesh, axis: str = "index") -> LiveIndex:
+    """Where `shard_live` puts each array: per-node and per-item tables split by rows (maxima by
+    node columns) when their length divides evenly over `axis`, the rest replicated."""
+    n = mesh.shape[axis]
+    whole = NamedSharding(mesh, PartitionSpec())
+
+    def by_rows(x):
+        return NamedSharding(mesh, PartitionSpec(axis)) if _splits(x.shape[0], n) else whole
+
+    def by_cols(x):
+        return NamedSharding(mesh, PartitionSpec(None, axis)) if _splits(x.shape[1], n) else whole
+
+    return dataclasses.replace(
+        index,
+        child=tuple(map(by_rows, index.child)),
+        tok=tuple(map(by_rows, index.tok)),
+        summary=tuple(map(by_cols, index.summary)),
+        parent=tuple(map(by_rows, index.parent)),
+        item_parent=by_rows(index.item_parent),
+        item_flags=by_rows(index.item_flags),
+        item_time=by_rows(index.item_time),
+        num_nodes=whole,
+    )
+
+
+def shard_live(index: LiveIndex, mesh: Mesh, axis: str = "index") -> LiveIndex:
+    """The live index with its tables split over `axis` (see `live_shardings`); decode it with
+    `ShardedLiveConstraint`. Build it with `split_capacity` so that every large table splits.
+
+    The updates (`set_enabled`, `add_items`, ...) run on it unchanged: XLA partitions their
+    gathers and scatters. For that the arrays carry an automatic (not explicit) sharding.
+    """
+    return jax.device_put(index, live_shardings(index, _auto(mesh), axis))
+
+
+def _auto(mesh: Mesh) -> Mesh:
+    """The mesh with automatic axes (jax.make_mesh's default, explicit axes, would make every
+    gather from a split table in the updates name its output sharding)."""
+    return Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * len(mesh.axis_names))

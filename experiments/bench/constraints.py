@@ -15,17 +15,20 @@ from data.errors import ArgumentError
 from decoding.baselines import CpuTrie, HashBitmap, PPVApprox, PPVExact, index_nbytes
 from decoding.beam_search import beam_search, first_level, next_level
 from decoding.constraints import Constraint, StaticConstraint, Unconstrained, contains
+from decoding.sharding import device_nbytes, replicate, shard_index
 from decoding.static_index import StaticIndex
 
 METHODS = (
     "static",
     "static_compact",
+    "static_sharded",
     "static_stored_next",
     "cpu_trie",
     "ppv_exact",
     "ppv_approx",
     "hash_bitmap",
 )
+SHARDED_METHODS = ("static", "static_sharded")  # --devices without --methods
 _ROWS = 64  # log-prob table rows: the step's log-probs depend on the previous code
 
 
@@ -46,6 +49,8 @@ class BenchConfig:
     hash_bits_per_prefix: int = 16
     unroll: bool = True
     step_level: int = -1  # -1: levels // 2
+    devices: int = 0  # > 0: every method on a mesh of this many devices (index replicated or
+    # split by static_sharded); 0: the default device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,9 +75,14 @@ def random_sids(num_items: int, levels: int, vocab: int, seed: int) -> np.ndarra
     return np.random.default_rng(seed).integers(0, vocab, (num_items, levels), dtype=np.int32)
 
 
-def build(method: str, sids: np.ndarray, cfg: BenchConfig) -> Constraint:
-    """The constraint of one method over `sids`."""
+def build(method: str, sids: np.ndarray, cfg: BenchConfig, mesh=None) -> Constraint:
+    """The constraint of one method over `sids` (static_sharded: split over `mesh`'s axis)."""
     V = cfg.vocab
+    if method == "static_sharded":
+        if mesh is None:
+            raise ValueError("static_sharded needs --devices N (a mesh to split the index over)")
+        idx = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.dense_levels)
+        return shard_index(idx, mesh, mesh.axis_names[0])
     if method in ("static", "static_compact", "static_stored_next"):
         layout = "compact" if method == "static_compact" else "csr"
         idx = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.dense_levels, layout=layout)
@@ -91,13 +101,13 @@ def build(method: str, sids: np.ndarray, cfg: BenchConfig) -> Constraint:
     raise ValueError(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
-def _swap_one_more(search, table, init, sids: np.ndarray, cfg: BenchConfig) -> dict:
+def _swap_one_more(search, table, init, sids: np.ndarray, cfg: BenchConfig, place) -> dict:
     """Adds one item: rebuild, then the first search with the new set (compiles only if the
     capacity bucket changed)."""
     extra = random_sids(1, cfg.levels, cfg.vocab, cfg.seed + 2)
     compiled = search._cache_size()
     t0 = time.perf_counter()
-    c = jax.device_put(
+    c = place(
         StaticConstraint(
             StaticIndex.build(
                 np.concatenate([sids, extra]), vocab_size=cfg.vocab, dense_levels=cfg.dense_levels
@@ -177,6 +187,17 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
     init = jnp.asarray(rng.normal(size=(B, V)).astype(np.float32))
     init = jax.nn.log_softmax(init, axis=-1)
     level = min(max(cfg.step_level if cfg.step_level >= 0 else L // 2, 1), L - 1)
+    mesh = None
+    place = jax.device_put
+    if cfg.devices:
+        if cfg.devices > jax.device_count():
+            raise ValueError(
+                f"--devices {cfg.devices}: only {jax.device_count()} devices (on CPU set "
+                f"XLA_FLAGS=--xla_force_host_platform_device_count={cfg.devices})"
+            )
+        mesh = jax.make_mesh((cfg.devices,), ("index",), devices=jax.devices()[: cfg.devices])
+        place = functools.partial(replicate, mesh=mesh)
+        table, init = place((table, init))
 
     search = jax.jit(
         lambda table, init, c: beam_search(
@@ -205,15 +226,17 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
     unc = Unconstrained(V, L)
     unc_carry = prefix(table, init, unc)
     static_idx = None
+    beams = {}
     out = {"config": dataclasses.asdict(cfg), "step_level": level, "methods": {}}
     for method in cfg.methods:
         if progress:
             progress(f"{method}: build")
         t0 = time.perf_counter()
-        c = build(method, sids, cfg)
+        c = build(method, sids, cfg, mesh)
         build_s = time.perf_counter() - t0
-        c = jax.device_put(c) if method != "cpu_trie" else c
+        c = place(c) if method not in ("cpu_trie", "static_sharded") else c
         nbytes = index_nbytes(c)
+        per_device = device_nbytes(c) if method != "cpu_trie" else {}
         carry = prefix(table, init, c)
         jax.block_until_ready((step(table, c, carry), step(table, unc, unc_carry)))  # warm-up
         jax.block_until_ready((search(table, init, c), search(table, init, unc)))
@@ -224,10 +247,13 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
             times["search"].append(_timed(search, table, init, c))
             times["unc_search"].append(_timed(search, table, init, unc))
         res = search(table, init, c)
+        beams[method] = jax.device_get(res)
         row = {
             "build_s": build_s,
             "index_bytes": nbytes,
             "bytes_per_item": nbytes / cfg.num_items,
+            # The most any one device holds (the whole index where it is replicated).
+            "bytes_per_device": max(per_device.values(), default=nbytes),
             "step": _stats(times["step"]),
             "unconstrained_step": _stats(times["unc_step"]),
             "search": _stats(times["search"]),
@@ -237,7 +263,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
         row["step_overhead_ms"] = row["step"]["median_ms"] - row["unconstrained_step"]["median_ms"]
         row["search_ratio"] = row["search"]["median_ms"] / row["unconstrained_search"]["median_ms"]
         if method == "static":
-            row.update(_swap_one_more(search, table, init, sids, cfg))
+            row.update(_swap_one_more(search, table, init, sids, cfg, place))
         if method == "hash_bitmap":
             if static_idx is None:
                 static_idx = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.dense_levels)
@@ -249,6 +275,15 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
             row["probe_false_positive_rate"] = float(bits.mean())
         out["methods"][method] = row
         del c
+    if "static" in beams:
+        # 1 when a method returns exactly the replicated STATIC index's beams, scores and flags.
+        ref = beams["static"]
+        for method, res in beams.items():
+            same = all(
+                np.array_equal(getattr(res, f), getattr(ref, f))
+                for f in ("tokens", "valid", "scores")
+            )
+            out["methods"][method]["beams_equal"] = int(same)
     return out
 
 

@@ -12,6 +12,7 @@ import sys
 from data import atomic
 from data.errors import ArgumentError
 from experiments.bench.constraints import (
+    SHARDED_METHODS,
     WORDS_BUILD,
     WORDS_SEARCH,
     BenchConfig,
@@ -28,14 +29,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab", type=int, default=BenchConfig().vocab, help="V")
     add_bench_args(parser)
     parser.add_argument("--build-only", action="store_true", help="STATIC build time and memory")
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=0,
+        help="run on a mesh of N devices, the index replicated or split (static_sharded); "
+        f"methods default to {','.join(SHARDED_METHODS)}",
+    )
     parser.add_argument("--out", type=common.path_arg, default=None, help="write the JSON here too")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.num_items < 1 or args.vocab < 2:
         raise ArgumentError("--num-items must be >= 1 and --vocab >= 2")
-    cfg = bench_config(args, num_items=args.num_items, vocab=args.vocab)
-    check_fits(args.num_items, args.levels, words=WORDS_BUILD if args.build_only else WORDS_SEARCH)
+    if args.devices < 0:
+        raise ArgumentError(f"--devices must be >= 0, got {args.devices}")
+    if args.devices and args.methods == ",".join(BenchConfig().methods):
+        args.methods = ",".join(SHARDED_METHODS)
+    cfg = bench_config(args, num_items=args.num_items, vocab=args.vocab, devices=args.devices)
+    # A replicated index is one copy per device (about 1.25 int32 words per item and level).
+    words = WORDS_BUILD if args.build_only else WORDS_SEARCH + 2 * args.devices
+    check_fits(args.num_items, args.levels, words=words)
     if args.build_only:
         result = measure_build(cfg)
     else:
