@@ -129,29 +129,27 @@ class StaticConstraint(Constraint):
         # wrap negative indices and fill out-of-range ones (docs/BENCHMARKS.md, "Live
         # constraints"); the comments below say why each gather gets the same entries either way.
         s = jnp.clip(state, 0, idx.capacity.nodes - 1)
-        start, end = self._row_bounds(s)
-        edge_BKW = start[..., None] + _iota(width, state.ndim)
-        valid = edge_BKW < end[..., None]
-        # Slot w is edge start + w: its token comes from the edge list, its log-prob from the
-        # model's V log-probs at that token. Invalid slots (past the node's last edge) may index
-        # past the edge list, which the clip keeps in it (as before); every entry, padding
-        # included (0), is a token in [0, V), so the log-prob gather is always in range.
-        tok_BKW = self._edge_tokens(edge_BKW)
+        edge_BKW, valid, tok_BKW = self._children(s, width)
         lp_BKW = jnp.take_along_axis(
             log_probs, tok_BKW, axis=-1, mode="clip", wrap_negative_indices=False
         )
         return Candidates(tok_BKW, lp_BKW, valid, edge_BKW)
 
-    def _row_bounds(self, s: Int[Array, "B K"]) -> tuple[Int[Array, "B K"], Int[Array, "B K"]]:
-        """First and one-past-last edge of CSR rows s (0 <= s < capacity.nodes); a sharded
-        index answers it across devices."""
+    def _children(
+        self, s: Int[Array, "B K"], width: int
+    ) -> tuple[Int[Array, "B K W"], Bool[Array, "B K W"], Int[Array, "B K W"]]:
+        """The first `width` edges of CSR rows s (0 <= s < capacity.nodes): their ids, whether
+        each is one of the row's, and their tokens (int32; any token in [0, V) where not), in
+        either layout; a sharded index answers it across devices."""
         # row_ptr has capacity.nodes + 1 entries and 0 <= s <= nodes - 1, so s and s + 1 are in it.
-        return _row_range(self.index, s)
-
-    def _edge_tokens(self, edge: Int[Array, "B K W"]) -> Int[Array, "B K W"]:
-        """The token of each edge, int32, in [0, V) for edges past the list too; a sharded index
-        answers it across devices."""
-        return _edge_tokens(self.index, edge)
+        start, end = _row_range(self.index, s)
+        edge_BKW = start[..., None] + _iota(width, s.ndim)
+        valid = edge_BKW < end[..., None]
+        # Slot w is edge start + w: its token comes from the edge list, its log-prob (in
+        # `candidates`) from the model's V log-probs at that token. Invalid slots (past the
+        # node's last edge) may index past the edge list, which the clip keeps in it; every
+        # entry, padding included (0), is a token in [0, V), so the log-prob gather is in range.
+        return edge_BKW, valid, _edge_tokens(self.index, edge_BKW)
 
     def advance(
         self,

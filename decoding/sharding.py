@@ -3,6 +3,7 @@ or its large tables split by rows over an `index` axis (`shard_index`, `shard_li
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -70,7 +71,7 @@ def sharded_take(table: Array, idx: Int[Array, "..."], *, mesh: Mesh, axis: str)
     spec = PartitionSpec(axis)
     return jax.shard_map(
         local,
-        mesh=_auto(mesh),
+        mesh=mesh,
         in_specs=(spec, PartitionSpec()),
         out_specs=PartitionSpec(),
         axis_names=frozenset({axis}),
@@ -79,53 +80,124 @@ def sharded_take(table: Array, idx: Int[Array, "..."], *, mesh: Mesh, axis: str)
 
 @dataclasses.dataclass(frozen=True)
 class ShardedStaticConstraint(StaticConstraint):
-    """STATIC with the CSR (row_ptr, tokens) split by rows over a mesh axis; the dense masks and
-    their rank directory (V**d bits, ~1 MB at V = 2048, d = 2) stay replicated. Node and edge
-    ids are the replicated index's, so both walk the same states and give the same beams."""
+    """STATIC with the CSR split by rows over a mesh axis, each device holding its rows' edges.
 
+    `index.row_ptr` and `index.tokens` hold one equal-length block per device: block k has the
+    CSR rows bounds[k, 0] .. bounds[k, 1] - 1 (row pointers counted from its first edge,
+    bounds[k, 2]) and exactly those rows' edges, so a beam's whole lookup (bounds, then tokens)
+    runs on the device holding its row and one psum per level combines the [B, K, W + 2]
+    answers. Node and edge ids are the replicated index's (so both give the same beams); the
+    dense masks and their rank directory (V**d bits, ~1 MB at V = 2048, d = 2) are replicated.
+    """
+
+    bounds: Any = None  # int32 [devices, 3]: first row, end row, first edge of each block
     mesh: Mesh = None
     axis: str = "index"
 
-    def _row_bounds(self, s):
-        # One collective for both bounds: rows s and s + 1 (<= capacity.nodes, never padding).
-        both = sharded_take(
-            self.index.row_ptr, jnp.stack([s, s + 1]), mesh=self.mesh, axis=self.axis
-        )
-        return both[0], both[1]
+    def _children(self, s, width):
+        W = width
 
-    def _edge_tokens(self, edge):
-        # Clip to the real edge list first, as the replicated take does (the tail is padding).
-        edge = jnp.clip(edge, 0, self.index.capacity.edges - 1)
-        return sharded_take(self.index.tokens, edge, mesh=self.mesh, axis=self.axis)
+        def local(row_ptr, tokens, bounds, s):
+            first, stop, edge0 = bounds[0, 0], bounds[0, 1], bounds[0, 2]
+            mine = (s >= first) & (s < stop)
+            # Local row j has pointers j and j + 1; blocks are padded with empty rows.
+            j = jnp.clip(s - first, 0, row_ptr.shape[0] - 2)
+            start = jnp.take(row_ptr, j, mode="clip")
+            end = jnp.take(row_ptr, j + 1, mode="clip")
+            edge = start[..., None] + jnp.arange(W, dtype=jnp.int32)
+            # A row's edges are all in its block; slots past them read token 0 (never chosen).
+            tok = jnp.where(edge < end[..., None], jnp.take(tokens, edge, mode="clip"), 0)
+            out = jnp.concatenate(
+                [tok.astype(jnp.int32), (start + edge0)[..., None], (end + edge0)[..., None]], -1
+            )
+            # One block owns row s: the sum is its answer.
+            return jax.lax.psum(jnp.where(mine[..., None], out, 0), self.axis)
+
+        spec = PartitionSpec(self.axis)
+        out = jax.shard_map(
+            local,
+            mesh=self.mesh,
+            in_specs=(spec, spec, spec, PartitionSpec()),
+            out_specs=PartitionSpec(),
+            axis_names=frozenset({self.axis}),
+        )(self.index.row_ptr, self.index.tokens, self.bounds, s)
+        start, end = out[..., W], out[..., W + 1]
+        edge = start[..., None] + jnp.arange(W, dtype=jnp.int32)
+        return edge, edge < end[..., None], out[..., :W]
 
 
 jax.tree_util.register_dataclass(
-    ShardedStaticConstraint, data_fields=["index"], meta_fields=["mesh", "axis"]
+    ShardedStaticConstraint, data_fields=["index", "bounds"], meta_fields=["mesh", "axis"]
 )
 
 
-def _pad_rows(x: np.ndarray, n: int, fill) -> np.ndarray:
-    extra = -len(x) % n
-    return np.concatenate([x, np.full((extra,) + x.shape[1:], fill, x.dtype)]) if extra else x
+def _row_blocks(row_ptr: np.ndarray, n: int, token_bytes: int) -> np.ndarray:
+    """Row boundaries [n + 1] of n contiguous blocks whose padded size (the most rows of any
+    block times 4 bytes plus the most edges times `token_bytes`) is about the least.
+
+    Shallow rows have more edges than deep ones, so equal row counts would give unequal edge
+    counts; a grid over the row cap, with the least edge cap that fits all rows, balances both.
+    """
+    rows, edges = len(row_ptr) - 1, int(row_ptr[-1])
+
+    def greedy(row_cap: int, edge_cap: int) -> np.ndarray | None:
+        b = [0]
+        for _ in range(n):
+            last = int(np.searchsorted(row_ptr, row_ptr[b[-1]] + edge_cap, side="right")) - 1
+            b.append(min(b[-1] + row_cap, last, rows))
+        return np.asarray(b) if b[-1] == rows else None
+
+    best, best_cost = None, None
+    for slack in np.linspace(0.0, 0.5, 26):
+        row_cap = max(-(-rows * (1 + slack) // n), 1)
+        lo, hi = max(-(-edges // n), int(np.diff(row_ptr).max(initial=0))), max(edges, 1)
+        if greedy(int(row_cap), hi) is None:
+            continue
+        while lo < hi:  # the least edge cap that fits, for this row cap
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if greedy(int(row_cap), mid) is not None else (mid + 1, hi)
+        b = greedy(int(row_cap), hi)
+        cost = 4 * np.diff(b).max() + token_bytes * np.diff(row_ptr[b]).max()
+        if best_cost is None or cost < best_cost:
+            best, best_cost = b, cost
+    return best
 
 
 def shard_index(index: StaticIndex, mesh: Mesh, axis: str = "index") -> ShardedStaticConstraint:
-    """The STATIC constraint over `index` with row_ptr and tokens split by rows over `axis`.
-
-    Both are padded to a multiple of the axis size (padding rows have no children, padding
-    edges are never read), then placed one contiguous block per device.
-    """
+    """The STATIC constraint over `index` with its CSR split into one row block per device of
+    `axis` (see `ShardedStaticConstraint`); the blocks are padded to one length with empty rows
+    and unused edges."""
     n = mesh.shape[axis]
-    row_ptr = np.asarray(index.row_ptr)
-    split = dataclasses.replace(
-        index,
-        row_ptr=_pad_rows(row_ptr, n, row_ptr[-1]),
-        tokens=_pad_rows(np.asarray(index.tokens), n, 0),
-    )
-    mesh = _auto(mesh)
+    row_ptr, tokens = np.asarray(index.row_ptr), np.asarray(index.tokens)
+    b = _row_blocks(row_ptr, n, tokens.itemsize)
+    R = int(np.diff(b).max())
+    E = max(int(np.diff(row_ptr[b]).max()), 1)
+
+    def ptr_block(k: int) -> np.ndarray:
+        local = row_ptr[b[k] : b[k + 1] + 1] - row_ptr[b[k]]
+        out = np.full(R + 1, local[-1], np.int32)  # padding rows: no edges
+        out[: len(local)] = local
+        return out
+
+    def tok_block(k: int) -> np.ndarray:
+        out = np.zeros(E, tokens.dtype)
+        out[: row_ptr[b[k + 1]] - row_ptr[b[k]]] = tokens[row_ptr[b[k]] : row_ptr[b[k + 1]]]
+        return out
+
     rows, whole = NamedSharding(mesh, PartitionSpec(axis)), NamedSharding(mesh, PartitionSpec())
-    shardings = dataclasses.replace(jax.tree.map(lambda _: whole, split), row_ptr=rows, tokens=rows)
-    return ShardedStaticConstraint(jax.device_put(split, shardings), mesh, axis)
+
+    def split(block, size: int):
+        # Block by block onto its device: no host copy of the whole split arrays at once.
+        return jax.make_array_from_callback(
+            (n * size,), rows, lambda where: block((where[0].start or 0) // size)
+        )
+
+    bounds = np.stack([b[:-1], b[1:], row_ptr[b[:-1]]], axis=1).astype(np.int32)
+    rest = dataclasses.replace(index, row_ptr=np.zeros(0, np.int32), tokens=np.zeros(0, np.int32))
+    placed = dataclasses.replace(
+        jax.device_put(rest, whole), row_ptr=split(ptr_block, R + 1), tokens=split(tok_block, E)
+    )
+    return ShardedStaticConstraint(placed, jax.device_put(bounds, rows), mesh, axis)
 
 
 def _splits(rows: int, n: int) -> bool:
@@ -160,7 +232,7 @@ class _ShardedGather(Gather):
 
         return jax.shard_map(
             local,
-            mesh=_auto(self.mesh),
+            mesh=self.mesh,
             in_specs=(PartitionSpec(None, self.axis), PartitionSpec(), PartitionSpec()),
             out_specs=PartitionSpec(),
             axis_names=frozenset({self.axis}),
@@ -226,13 +298,15 @@ def shard_live(index: LiveIndex, mesh: Mesh, axis: str = "index") -> LiveIndex:
     """The live index with its tables split over `axis` (see `live_shardings`); decode it with
     `ShardedLiveConstraint`. Build it with `split_capacity` so that every large table splits.
 
-    The updates (`set_enabled`, `add_items`, ...) run on it unchanged: XLA partitions their
-    gathers and scatters. For that the arrays carry an automatic (not explicit) sharding.
+    The updates (`set_enabled`, `add_items`, ...) run on it unchanged, XLA partitioning their
+    gathers and scatters; that needs an automatic mesh axis (`data_mesh`, or `jax.make_mesh`
+    with `axis_types=(AxisType.Auto,)`): on an explicit one every such gather would have to
+    name its output sharding.
     """
-    return jax.device_put(index, live_shardings(index, _auto(mesh), axis))
-
-
-def _auto(mesh: Mesh) -> Mesh:
-    """The mesh with automatic axes (jax.make_mesh's default, explicit axes, would make every
-    gather from a split table in the updates name its output sharding)."""
-    return Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * len(mesh.axis_names))
+    if mesh.axis_types[mesh.axis_names.index(axis)] != AxisType.Auto:
+        raise ValueError(
+            f"mesh axis {axis!r} is {mesh.axis_types[mesh.axis_names.index(axis)]}; the live "
+            "index's updates need an automatic axis (data_mesh, or jax.make_mesh with "
+            "axis_types=(AxisType.Auto,))"
+        )
+    return jax.device_put(index, live_shardings(index, mesh, axis))

@@ -15,7 +15,7 @@ from data.errors import ArgumentError
 from decoding.baselines import CpuTrie, HashBitmap, PPVApprox, PPVExact, index_nbytes
 from decoding.beam_search import beam_search, first_level, next_level
 from decoding.constraints import Constraint, StaticConstraint, Unconstrained, contains
-from decoding.sharding import device_nbytes, replicate, shard_index
+from decoding.sharding import data_mesh, device_nbytes, replicate, shard_index
 from decoding.static_index import StaticIndex
 
 METHODS = (
@@ -195,7 +195,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
                 f"--devices {cfg.devices}: only {jax.device_count()} devices (on CPU set "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={cfg.devices})"
             )
-        mesh = jax.make_mesh((cfg.devices,), ("index",), devices=jax.devices()[: cfg.devices])
+        mesh = data_mesh(jax.devices()[: cfg.devices], axis="index")
         place = functools.partial(replicate, mesh=mesh)
         table, init = place((table, init))
 
@@ -226,7 +226,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
     unc = Unconstrained(V, L)
     unc_carry = prefix(table, init, unc)
     static_idx = None
-    beams = {}
+    beams, kept = {}, {}
     out = {"config": dataclasses.asdict(cfg), "step_level": level, "methods": {}}
     for method in cfg.methods:
         if progress:
@@ -274,7 +274,25 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
             bits = np.unpackbits(np.asarray(c.words).view(np.uint8))
             row["probe_false_positive_rate"] = float(bits.mean())
         out["methods"][method] = row
+        if cfg.devices:
+            kept[method] = (c, carry)
         del c
+    if len(kept) > 1:
+        # The methods' steps once more, interleaved in rotated order within each repetition, so
+        # that load from other processes falls on all of them alike: the ratio to compare.
+        times = {m: [] for m in kept}
+        names = list(kept)
+        for r in range(cfg.reps):
+            for m in names[r % len(names) :] + names[: r % len(names)]:
+                times[m].append(_timed(step, table, *kept[m]))
+        for m in names:
+            out["methods"][m]["step_interleaved"] = _stats(times[m])
+        if "static" in kept:
+            ref = out["methods"]["static"]["step_interleaved"]["median_ms"]
+            for m in names:
+                row = out["methods"][m]
+                row["step_vs_static"] = row["step_interleaved"]["median_ms"] / ref
+    kept.clear()
     if "static" in beams:
         # 1 when a method returns exactly the replicated STATIC index's beams, scores and flags.
         ref = beams["static"]

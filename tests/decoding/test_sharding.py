@@ -75,7 +75,9 @@ _STATIC_SCRIPT = textwrap.dedent(
             invalid += int((~np.asarray(rep.valid)).sum())
         csr = idx.row_ptr.nbytes + idx.tokens.nbytes
         per_device = max(device_nbytes(sharded).values())
-        assert per_device <= idx.nbytes()["total"] - csr + csr / 8 + 64, (per_device, csr)
+        # An eighth of the CSR, give or take a quarter and the rows one block must hold whole.
+        bound = idx.nbytes()["total"] - csr + 1.25 * csr / 8 + 6 * V + 64
+        assert per_device <= bound, (per_device, bound, csr)
     assert invalid > 0, "no trial had invalid beams"
     print("OK", invalid)
     """
