@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import hashlib
 import os
 import resource
 import time
@@ -247,13 +248,18 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
             times["search"].append(_timed(search, table, init, c))
             times["unc_search"].append(_timed(search, table, init, unc))
         res = search(table, init, c)
-        beams[method] = jax.device_get(res)
+        beams[method] = [np.asarray(getattr(res, f)) for f in ("tokens", "valid", "scores")]
+        # A digest of the beams, to compare runs that cannot hold both indexes at once.
+        digest = hashlib.sha1()
+        for part in beams[method]:
+            digest.update(np.ascontiguousarray(part).tobytes())
         row = {
             "build_s": build_s,
             "index_bytes": nbytes,
             "bytes_per_item": nbytes / cfg.num_items,
             # The most any one device holds (the whole index where it is replicated).
             "bytes_per_device": max(per_device.values(), default=nbytes),
+            "beams_sha1": digest.hexdigest(),
             "step": _stats(times["step"]),
             "unconstrained_step": _stats(times["unc_step"]),
             "search": _stats(times["search"]),
@@ -275,33 +281,43 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
             row["probe_false_positive_rate"] = float(bits.mean())
         out["methods"][method] = row
         if cfg.devices:
-            kept[method] = (c, carry)
+            kept[method] = c
         del c
     if len(kept) > 1:
-        # The methods' steps once more, interleaved in rotated order within each repetition, so
-        # that load from other processes falls on all of them alike: the ratio to compare.
-        times = {m: [] for m in kept}
-        names = list(kept)
-        for r in range(cfg.reps):
-            for m in names[r % len(names) :] + names[: r % len(names)]:
-                times[m].append(_timed(step, table, *kept[m]))
-        for m in names:
-            out["methods"][m]["step_interleaved"] = _stats(times[m])
-        if "static" in kept:
-            ref = out["methods"]["static"]["step_interleaved"]["median_ms"]
-            for m in names:
-                row = out["methods"][m]
-                row["step_vs_static"] = row["step_interleaved"]["median_ms"] / ref
+        out["methods"] = {
+            **out["methods"],
+            **_interleaved(kept, step, search, prefix, table, init, cfg, out["methods"]),
+        }
     kept.clear()
     if "static" in beams:
         # 1 when a method returns exactly the replicated STATIC index's beams, scores and flags.
         ref = beams["static"]
         for method, res in beams.items():
-            same = all(
-                np.array_equal(getattr(res, f), getattr(ref, f))
-                for f in ("tokens", "valid", "scores")
-            )
+            same = all(np.array_equal(a, b) for a, b in zip(res, ref, strict=True))
             out["methods"][method]["beams_equal"] = int(same)
+    return out
+
+
+def _interleaved(kept, step, search, prefix, table, init, cfg, rows) -> dict:
+    """The methods' steps and searches once more, in rotated order within each repetition, so
+    that load from other processes falls on all of them alike: the ratios to compare."""
+    names = list(kept)
+    carries = {m: prefix(table, init, kept[m]) for m in names}
+    times = {(m, what): [] for m in names for what in ("step", "search")}
+    for r in range(cfg.reps):
+        for m in names[r % len(names) :] + names[: r % len(names)]:
+            times[m, "step"].append(_timed(step, table, kept[m], carries[m]))
+            times[m, "search"].append(_timed(search, table, init, kept[m]))
+    out = {}
+    for m in names:
+        row = dict(rows[m])
+        row["step_interleaved"] = _stats(times[m, "step"])
+        row["search_interleaved"] = _stats(times[m, "search"])
+        if "static" in names:
+            for what in ("step", "search"):
+                ref = np.median(times["static", what])
+                row[f"{what}_vs_static"] = float(np.median(times[m, what]) / ref)
+        out[m] = row
     return out
 
 
@@ -396,11 +412,11 @@ WORDS_BUILD = 5
 
 
 def check_fits(
-    num_items: int, levels: int, arg: str = "--num-items", *, words: int = WORDS_SEARCH
+    num_items: int, levels: int, arg: str = "--num-items", *, words: float = WORDS_SEARCH
 ) -> None:
     """Refuses sizes whose SIDs and indexes cannot fit in memory, before allocating anything:
     `words` int32 words per (item, level) (WORDS_SEARCH, or WORDS_BUILD for a build alone)."""
-    need = words * 4 * num_items * levels
+    need = int(words * 4 * num_items * levels)
     have = available_bytes()
     if need > have:
         raise ArgumentError(

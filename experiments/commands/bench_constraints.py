@@ -9,6 +9,8 @@ import argparse
 import json
 import sys
 
+import jax
+
 from data import atomic
 from data.errors import ArgumentError
 from experiments.bench.constraints import (
@@ -39,17 +41,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=common.path_arg, default=None, help="write the JSON here too")
 
 
+def _words(args: argparse.Namespace, methods: tuple[str, ...]) -> float:
+    """int32 words per (item, level) at the run's peak (see `check_fits`)."""
+    if args.build_only:
+        return WORDS_BUILD
+    if not set(methods) <= {"static", "static_sharded"}:
+        return WORDS_SEARCH
+    # STATIC alone: the build's peak, or after it the SIDs (one word) beside the index's copies
+    # (about 1.25 words each): the host one, one per device where replicated, one split.
+    copies = 1 + ("static" in methods) * max(args.devices, 1) + ("static_sharded" in methods)
+    return max(WORDS_BUILD, 1 + 1.25 * copies)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.num_items < 1 or args.vocab < 2:
         raise ArgumentError("--num-items must be >= 1 and --vocab >= 2")
-    if args.devices < 0:
-        raise ArgumentError(f"--devices must be >= 0, got {args.devices}")
+    if not 0 <= args.devices <= jax.device_count():
+        raise ArgumentError(
+            f"--devices must be in [0, {jax.device_count()}] (the devices JAX sees; on CPU set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count=N), got {args.devices}"
+        )
     if args.devices and args.methods == ",".join(BenchConfig().methods):
         args.methods = ",".join(SHARDED_METHODS)
     cfg = bench_config(args, num_items=args.num_items, vocab=args.vocab, devices=args.devices)
-    # A replicated index is one copy per device (about 1.25 int32 words per item and level).
-    words = WORDS_BUILD if args.build_only else WORDS_SEARCH + 2 * args.devices
-    check_fits(args.num_items, args.levels, words=words)
+    check_fits(args.num_items, args.levels, words=_words(args, cfg.methods))
     if args.build_only:
         result = measure_build(cfg)
     else:

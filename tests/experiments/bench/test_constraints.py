@@ -1,10 +1,12 @@
 """genret bench-constraints on tiny random SIDs: JSON fields, sanity of numbers, bad flags."""
 
 import json
+import textwrap
 
 import pytest
 
 from experiments import cli
+from tests.conftest import run_on_forced_cpu_devices
 
 TINY = ["--num-items", "200", "--vocab", "16", "--levels", "3", "--beam", "4", "--reps", "2"]
 
@@ -58,3 +60,38 @@ def test_build_only_reports_the_compact_layout_beside_csr(capsys):
     compact = result["compact"]
     assert 0 < compact["index_bytes"]["total"] < result["index_bytes"]["total"]
     assert compact["bytes_per_item"] == compact["index_bytes"]["total"] / 200
+
+
+_DEVICES_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from experiments import cli
+    args = ["bench-constraints", "--num-items", "3000", "--vocab", "64", "--levels", "4",
+            "--beam", "4", "--reps", "2", "--devices", "8", "--out", sys.argv[1]]
+    assert cli.main(args) == 0
+    """
+)
+
+
+@pytest.mark.slow
+def test_devices_times_the_split_index_beside_the_replicated_one(tmp_path):
+    out = tmp_path / "b.json"
+    script = _DEVICES_SCRIPT.replace("sys.argv[1]", repr(str(out)))
+    done = run_on_forced_cpu_devices(script, devices=8, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    methods = json.loads(out.read_text())["methods"]
+    assert list(methods) == ["static", "static_sharded"]
+    rep, split = methods["static"], methods["static_sharded"]
+    for m in (rep, split):
+        assert m["beams_equal"] == 1 and m["bytes_per_item"] > 0
+        assert 0 < m["step"]["median_ms"] and 0 < m["step_interleaved"]["median_ms"]
+    assert rep["bytes_per_device"] == rep["index_bytes"]  # replicated: all of it on each
+    assert split["bytes_per_device"] < rep["bytes_per_device"] / 2
+    assert split["beams_sha1"] == rep["beams_sha1"] and rep["step_vs_static"] == 1.0
+
+
+def test_more_devices_than_jax_sees_is_a_one_line_error(capsys):
+    assert cli.main(["bench-constraints", *TINY, "--devices", "1000"]) == 1
+    err = capsys.readouterr().err
+    assert "--devices" in err and "xla_force_host_platform_device_count" in err
+    assert err.count("\n") == 1
