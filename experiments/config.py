@@ -153,12 +153,35 @@ def _float_fields(cfg, prefix: str = ""):
             yield from ((prefix + f.name, v) for v in value if isinstance(v, float))
 
 
+# Ints become array sizes, step counts and seeds on the device, where JAX's default is int32.
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+
+
+def _int_fields(cfg, prefix: str = ""):
+    """(key, value) of every int in the config tree (bools not), tuples' elements included."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _int_fields(value, f"{prefix}{f.name}.")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            yield prefix + f.name, value
+        elif isinstance(value, tuple):
+            yield from (
+                (prefix + f.name, v)
+                for v in value
+                if isinstance(v, int) and not isinstance(v, bool)
+            )
+
+
 def validate(cfg: Config) -> Config:
     """Checks every field a stage would reject later, so a command fails before any work starts
     and a rejected value never reaches config.json; raises ArgumentError naming the key."""
     for key, value in _float_fields(cfg):
         if not math.isfinite(value):
             raise ArgumentError(f"{key}={value}: must be a finite number")
+    for key, value in _int_fields(cfg):
+        if not INT_MIN <= value <= INT_MAX:
+            raise ArgumentError(f"{key}={value}: must be in [{INT_MIN}, {INT_MAX}] (int32)")
     if cfg.data.dataset == "amazon2014" and not cfg.data.category:
         raise ArgumentError("--category: required with --dataset amazon2014, e.g. Beauty")
     amazon_category(cfg.data)  # a category that contradicts the dataset
@@ -297,7 +320,15 @@ def _parse_value(text: str, tp, key: str):
         return _parse_value(text, args[0], key)
     if origin is tuple:
         (elem, *rest) = typing.get_args(tp)
-        parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
+        inner = text.strip("()[] ")
+        if not inner:
+            return ()
+        parts = inner.split(",")
+        for i, p in enumerate(parts, 1):
+            if not p.strip():
+                raise ArgumentError(
+                    f"--set {key}={text}: empty item {i}; separate the values by single commas"
+                )
         return tuple(_parse_value(p.strip(), elem, key) for p in parts)
     if tp is bool:
         low = text.lower()
@@ -402,6 +433,11 @@ def from_dict(cls: type, d: dict, prefix: str = ""):  # -> an instance of cls
     unknown = set(d) - names
     if unknown:
         raise ValueError(f"unknown config keys for {cls.__name__}: {sorted(unknown)}")
+    # A config.json written by this version has every group; a missing one would silently take
+    # the defaults (a field added since may be missing: it takes its default).
+    missing = [n for n in names - set(d) if dataclasses.is_dataclass(hints[n])]
+    if missing:
+        raise ValueError(f"missing group {', '.join(prefix + n for n in sorted(missing))}")
     kwargs = {}
     for name, value in d.items():
         tp = hints[name]
@@ -414,6 +450,8 @@ def from_dict(cls: type, d: dict, prefix: str = ""):  # -> an instance of cls
 
 def load_json(path: str | Path) -> Config:
     """A saved config.json; a malformed one is an ArgumentError naming the file."""
+    if not Path(path).is_file():
+        raise ArgumentError(f"{path}: not a file; remove it, or pass --config NAME")
     try:
         return from_dict(Config, json.loads(Path(path).read_text()))
     except (ValueError, TypeError, KeyError, AttributeError) as e:

@@ -221,7 +221,7 @@ def resolve_config(
     raw_dir = getattr(args, "raw_dir", None) if dataset_args else None
     if getattr(args, "config", None):
         cfg, from_saved = config_lib.load_preset(args.config), False
-    elif layout.config.is_file():
+    elif layout.config.exists() or layout.config.is_symlink():
         cfg, from_saved = config_lib.load_json(layout.config), True
     else:
         cfg, from_saved = config_lib.load_preset(_default_preset(dataset, category)), False

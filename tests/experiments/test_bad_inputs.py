@@ -101,6 +101,24 @@ def _mistyped_config(tmp_path: Path, src: Path) -> Path:
     return w
 
 
+def _config_without_group(tmp_path: Path, src: Path) -> Path:
+    """Prepared, with a hand-edited config.json that lost its whole rqvae group."""
+    import json
+
+    w = _prepared(tmp_path, src)
+    cfg = json.loads((w / "config.json").read_text())
+    del cfg["rqvae"]
+    (w / "config.json").write_text(json.dumps(cfg))
+    return w
+
+
+def _config_is_dir(tmp_path: Path, src: Path) -> Path:
+    w = _prepared(tmp_path, src)
+    (w / "config.json").unlink()
+    (w / "config.json").mkdir()
+    return w
+
+
 def _bad_retriever(tmp_path: Path, src: Path) -> Path:
     """Prepared and tokenized, with a retriever directory whose description is garbage."""
     w = _prepared(tmp_path, src)
@@ -209,6 +227,30 @@ CASES = [
         ["pipeline", "--set", "seqmodel.num_layers=abc"],
         ["seqmodel.num_layers", "abc"],
     ),
+    (
+        "int-too-big",
+        _fresh,
+        ["train-tokenizer", *TINY, "--set", "rqvae.num_steps=99999999999999999999"],
+        ["rqvae.num_steps", "2147483647"],
+    ),
+    (
+        "int-too-small",
+        _fresh,
+        ["pipeline", *TINY, "--set", "seed=-99999999999"],
+        ["seed", "-2147483648"],
+    ),
+    (
+        "empty-list-item",
+        _fresh,
+        ["pipeline", *TINY, "--set", "eval.cold_start_fractions=0.02,,0.05"],
+        ["eval.cold_start_fractions", "empty item 2"],
+    ),
+    (
+        "empty-hidden-dim",
+        _fresh,
+        ["train-tokenizer", *TINY, "--set", "rqvae.hidden_dims=64,"],
+        ["rqvae.hidden_dims", "empty item 2"],
+    ),
     ("no-equals", _fresh, ["pipeline", "--set", "seqmodel"], ["--set", "key=value"]),
     ("jobs-zero", _fresh, ["pipeline", "--jobs", "0"], ["--jobs 0"]),
     ("jobs-set-zero", _fresh, ["pipeline", "--set", "jobs=0"], ["jobs=0"]),
@@ -310,6 +352,13 @@ CASES = [
     ),
     ("bad-config-json", _bad_config, ["train-tokenizer"], ["config.json"]),
     ("mistyped-config-json", _mistyped_config, ["train-tokenizer"], ["config.json", "five_core"]),
+    (
+        "config-json-without-group",
+        _config_without_group,
+        ["train-tokenizer"],
+        ["config.json", "missing", "rqvae"],
+    ),
+    ("config-json-is-dir", _config_is_dir, ["train-tokenizer"], ["config.json", "not a file"]),
     # Values that pass a sign check but are not numbers to train with; an empty path.
     (
         "infinite-learning-rate",
