@@ -6,6 +6,7 @@ from pathlib import Path
 import grain
 import orbax.checkpoint as ocp
 
+from data.errors import ArtifactError
 from rqvae.checkpoint import (
     DAMAGED,
     attempt,
@@ -21,15 +22,25 @@ class Checkpoints:
 
     A checkpoint that fails to restore (a truncated or missing file) is moved to
     `directory/damaged/<latest|best>-<step>` with one line to `log`, and the next one is tried.
+    With `read_only` (evaluation, serving) nothing is created or moved: a damaged checkpoint is
+    an ArtifactError naming it.
     """
 
-    def __init__(self, directory: Path, *, log: Callable[[str], None] = log_to_stderr):
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        log: Callable[[str], None] = log_to_stderr,
+        read_only: bool = False,
+        rebuild: str = "retrain it",
+    ):
         self.directory = Path(directory).resolve()
         self._log = log
+        self.read_only, self._rebuild = read_only, rebuild
         with quiet_orbax():
             # Two latest ones, so that a damaged newest one leaves something to resume from.
-            self.latest = _manager(self.directory / "latest", max_to_keep=2)
-            self.best = _manager(self.directory / "best", max_to_keep=1)
+            self.latest = _manager(self.directory / "latest", max_to_keep=2, create=not read_only)
+            self.best = _manager(self.directory / "best", max_to_keep=1, create=not read_only)
 
     def save(self, step: int, state, iterator, progress: dict, *, best: bool) -> None:
         """Saves the state, the grain iterator position and the loop's progress record."""
@@ -106,17 +117,24 @@ class Checkpoints:
 
     def _steps(self, *names: str) -> list[tuple[str, int]]:
         """(manager name, step) pairs to try in order: each manager's newest step first."""
-        return [
-            (name, step)
-            for name in names
-            for step in sorted(getattr(self, name).all_steps(), reverse=True)
-        ]
+        with quiet_orbax():  # orbax logs each step folder whose metadata it cannot parse
+            return [
+                (name, step)
+                for name in names
+                for step in sorted(getattr(self, name).all_steps(), reverse=True)
+            ]
 
     def _set_aside(self, name: str, step: int, error: str, rest: list, *, last: str) -> None:
         """Moves a checkpoint that did not restore to damaged/, naming what is tried next."""
+        if self.read_only:
+            raise ArtifactError(
+                f"{self.directory / name / str(step)}: cannot restore ({error}); left in place "
+                f"(a reader changes nothing); {self._rebuild}"
+            )
         then = f"trying {rest[0][0]} step {rest[0][1]}" if rest else last
         dest = self.directory / DAMAGED / f"{name}-{step}"
-        set_aside(getattr(self, name), step, dest, error, then=then, log=self._log)
+        with quiet_orbax():
+            set_aside(getattr(self, name), step, dest, error, then=then, log=self._log)
 
     def _drop_best_after(self, step: int) -> None:
         # Training goes on from `step`: a best checkpoint saved after it belongs to the abandoned
@@ -126,12 +144,12 @@ class Checkpoints:
                 self.best.delete(s)
 
 
-def _manager(directory: Path, *, max_to_keep: int) -> ocp.CheckpointManager:
+def _manager(directory: Path, *, max_to_keep: int, create: bool) -> ocp.CheckpointManager:
     # Both managers save the same step at once: on several hosts their barriers (named after
     # the step) must not collide, hence a prefix per manager.
     multiprocessing = ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=directory.name)
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep, create=True, multiprocessing_options=multiprocessing
+        max_to_keep=max_to_keep, create=create, multiprocessing_options=multiprocessing
     )
     return ocp.CheckpointManager(directory, options=options)
 

@@ -279,12 +279,15 @@ def read_description(
     return info, cfg, space
 
 
-def load_retriever(retriever_dir: Path | str) -> Retriever:
-    """The best checkpoint's model from a `train_and_evaluate` work directory."""
+def load_retriever(
+    retriever_dir: Path | str, *, read_only: bool = False, rebuild: str = "retrain it"
+) -> Retriever:
+    """The best checkpoint's model from a `train_and_evaluate` work directory; `read_only`: a
+    damaged checkpoint is an ArtifactError ending with `rebuild`, not set aside."""
     retriever_dir = Path(retriever_dir)
     _, cfg, space = read_description(retriever_dir / MODEL_FILE, "retriever", "train-retriever")
     graphdef, abstract = abstract_train_state(cfg, space)
-    ckpts = Checkpoints(retriever_dir / CHECKPOINTS_DIR)
+    ckpts = Checkpoints(retriever_dir / CHECKPOINTS_DIR, read_only=read_only, rebuild=rebuild)
     try:
         state = ckpts.restore_best_params(abstract)
     finally:

@@ -102,7 +102,7 @@ def ensemble_members(
                 "other SIDs or another split); train it with `genret train-retriever --split loo` "
                 "in a work directory holding a copy of this tokenizer"
             )
-        members.append(load_retriever_dir(d))
+        members.append(load_retriever_dir(d, read_only=True))
     return members
 
 

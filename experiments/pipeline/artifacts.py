@@ -86,14 +86,24 @@ def require_retriever(layout: RunLayout, split: Split, retriever_dir: Path | Non
     return rdir
 
 
-def load_retriever(layout: RunLayout, split: Split, retriever_dir: Path | None = None) -> Retriever:
+def load_retriever(
+    layout: RunLayout,
+    split: Split,
+    retriever_dir: Path | None = None,
+    *,
+    read_only: bool = True,
+) -> Retriever:
     """The best checkpoint's retriever of `split` (or of `retriever_dir`), checked to have been
-    trained on this work directory's SIDs and split: its recorded inputs fingerprint."""
+    trained on this work directory's SIDs and split: its recorded inputs fingerprint. Readers
+    (evaluation, serving) change nothing: a damaged checkpoint is an ArtifactError naming it and
+    the command that retrains; the pipeline's own check (`read_only=False`) sets it aside."""
     from seqmodel.inference import load_retriever as load
 
     rdir = require_retriever(layout, split, retriever_dir)
     check_retriever_inputs(layout, split, rdir)
-    return load(rdir)
+    command = split.train_command(layout.root)
+    rebuild = f"delete {rdir} and run `{command}` to retrain it"
+    return load(rdir, read_only=read_only, rebuild=rebuild)
 
 
 def check_retriever_inputs(layout: RunLayout, split: Split, rdir: Path) -> None:
@@ -134,7 +144,7 @@ def evaluated_checkpoint(rdir: Path, root: Path | None = None) -> dict:
     (`retriever_inputs`)."""
     from seqmodel.checkpoint import Checkpoints
 
-    ckpts = Checkpoints(Path(rdir) / CHECKPOINTS_DIR)
+    ckpts = Checkpoints(Path(rdir) / CHECKPOINTS_DIR, read_only=True)
     try:
         step = ckpts.best_params_step()
     finally:

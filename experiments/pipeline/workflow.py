@@ -55,7 +55,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
             (layout.retriever_summary(split),),
             lambda: stages.train_retriever(cfg, layout, split, progress=progress),
             after=("tokenizer",),
-            check=lambda: load_retriever(layout, split),
+            check=lambda: load_retriever(layout, split, read_only=False),
         )
 
     for p in cfg.eval.cold_start_fractions if cfg.eval.cold else ():

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from data.errors import ArtifactError
 from experiments import cli
 from experiments.config import load_json
 from experiments.evaluation.report import write_report
@@ -211,7 +212,8 @@ def test_an_evaluation_falling_back_from_a_damaged_best_says_so(workdir, capsys)
     for step_dir in (ckpts / "best" / str(best), ckpts / "latest" / str(best)):
         if step_dir.is_dir():
             damage(step_dir, "truncate")
-    load_retriever(layout, Split("loo"))  # the retriever stage's check: it falls back
+    # The retriever stage's check (a reader would refuse): it sets the damaged ones aside.
+    load_retriever(layout, Split("loo"), read_only=False)
     fallback = max(int(p.name) for p in (ckpts / "latest").iterdir() if p.name.isdigit())
     assert fallback != best
     assert not ledger.up_to_date(stage, "key", lines.append), "the stale evaluation is kept"
@@ -229,3 +231,36 @@ def test_an_evaluation_falling_back_from_a_damaged_best_says_so(workdir, capsys)
         f"- Evaluated `retriever_loo` at step {fallback}, not its best: step {best} does not "
         "restore (damaged or missing) (warm.json)."
     ) in layout.report.read_text().splitlines()
+
+
+def _files(root) -> dict:
+    return {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*"))}
+
+
+def test_read_only_refuses_a_damaged_checkpoint_in_one_line_and_moves_nothing(tmp_path, caplog):
+    ckpts, _ = _saved(tmp_path, {1: True, 2: False})
+    ckpts.close()
+    for f in (tmp_path / "ck").rglob("*"):
+        if f.is_file():
+            f.write_bytes(b"")  # every file emptied, metadata included
+    before = _files(tmp_path)
+    caplog.clear()
+    lines = []
+    reader = Checkpoints(tmp_path / "ck", log=lines.append, read_only=True)
+    with pytest.raises(ArtifactError) as e:
+        reader.restore_best_params(ABSTRACT)
+    reader.close()
+    assert "best/1: cannot restore" in str(e.value) and "\n" not in str(e.value)
+    assert lines == [], "a read-only reader logged a line besides its refusal"
+    assert _files(tmp_path) == before, "a read-only reader changed the checkpoint directory"
+    assert not [r for r in caplog.records if r.name == "absl"], "orbax's log lines escaped"
+
+
+def test_read_only_on_an_empty_directory_creates_nothing(tmp_path):
+    (tmp_path / "ck").mkdir()
+    reader = Checkpoints(tmp_path / "ck", read_only=True)
+    assert reader.best_params_step() is None
+    with pytest.raises(FileNotFoundError, match="none saved"):
+        reader.restore_best_params(ABSTRACT)
+    reader.close()
+    assert list((tmp_path / "ck").iterdir()) == []
