@@ -17,6 +17,7 @@ from jaxtyping import PyTree
 
 from data.errors import ArtifactError
 from data.pipeline import padded_batches
+from data.typed_json import from_dict
 from decoding import (
     BeamResult,
     Constraint,
@@ -270,7 +271,13 @@ def read_description(
         raise ArtifactError(f"{path}: no trained {what}; run `genret {command}` first")
     try:
         info = json.loads(path.read_text())
-        cfg = SeqModelConfig(**info["seqmodel"])
+        if not isinstance(info, dict):
+            raise ValueError(f"expected an object, got {type(info).__name__}")
+        cfg = from_dict(SeqModelConfig, info["seqmodel"], "seqmodel.")
+        for name in ("num_levels", "codebook_size"):
+            value = info[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
         space = TokenSpace(num_levels=info["num_levels"], codebook_size=info["codebook_size"])
     except (ValueError, KeyError, TypeError) as e:
         raise ArtifactError(
