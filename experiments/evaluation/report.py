@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from data import atomic
+from data.errors import ArtifactError
 from experiments import config as config_lib
 from experiments.config import Config, paper_dataset
 from experiments.evaluation import plots
@@ -280,15 +281,30 @@ def _run_section(cfg: Config, layout: RunLayout, results: dict[str, dict]) -> li
     ]
 
 
+def _read_result(path: Path, command: str) -> dict:
+    """A results file, or an ArtifactError naming it and the command that writes it again."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ArtifactError(
+            f"{path}: cannot be read ({type(e).__name__}: {e}); run `{command}` to write it again"
+        ) from None
+    if not isinstance(result, dict):
+        raise ArtifactError(f"{path}: expected a JSON object; run `{command}` to write it again")
+    return result
+
+
 def write_report(cfg: Config, layout: RunLayout) -> list[Path]:
     """Collects the results files into results/report.md (+ PNGs); returns the paths written."""
     results_dir = layout.results
     paper = paper_dataset(cfg.data)
     cold_paths = sorted(results_dir.glob("cold_start_*.json"))
-    cold = [json.loads(p.read_text()) for p in cold_paths]
+    commands = {p: f"genret eval-cold-start --cold-start {p.stem[11:]}" for p in cold_paths}
+    commands[layout.warm_result] = "genret eval-warm"
+    cold = [_read_result(p, commands[p]) for p in cold_paths]
     for path in [*cold_paths, layout.warm_result]:
         if path.exists():
-            artifacts.check_result_current(layout, path, json.loads(path.read_text()))
+            artifacts.check_result_current(layout, path, _read_result(path, commands[path]))
     results = {p.name: r for p, r in zip(cold_paths, cold, strict=True)}
     # The papers' numbers only beside the datasets they were measured on.
     for r in cold:
@@ -314,11 +330,11 @@ def write_report(cfg: Config, layout: RunLayout) -> list[Path]:
             written.append(png)
         parts.append("")
     if layout.warm_result.exists():
-        warm = json.loads(layout.warm_result.read_text())
+        warm = _read_result(layout.warm_result, "genret eval-warm")
         results[layout.warm_result.name] = warm
         warm["dataset"] = paper or cfg.data.dataset
         if layout.sasrec_result.exists():  # the ID-based baseline, same split, full ranking
-            sasrec = json.loads(layout.sasrec_result.read_text())
+            sasrec = _read_result(layout.sasrec_result, "genret sasrec")
             results[layout.sasrec_result.name] = sasrec
             warm["methods"].update(sasrec["methods"])
             if "history_excluded" in warm and "history_excluded" in sasrec:

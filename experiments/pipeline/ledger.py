@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from data import atomic
+from data.errors import ArtifactError
 from data.fingerprint import fingerprint
 
 
@@ -33,10 +34,7 @@ class Ledger:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        try:
-            self.entries = json.loads(self.path.read_text()) if self.path.exists() else {}
-        except json.JSONDecodeError:
-            self.entries = {}  # a damaged ledger only costs a rerun of every stage
+        self.entries = _read(self.path) if self.path.exists() else {}
 
     def up_to_date(self, stage: Stage, key: str, log: Callable[[str], None]) -> bool:
         entry = self.entries.get(stage.name)
@@ -57,6 +55,24 @@ class Ledger:
     def record(self, stage: Stage, key: str, seconds: float) -> None:
         self.entries[stage.name] = {"key": key, "seconds": round(seconds, 2)}
         atomic.write_json(self.path, self.entries)
+
+
+def _read(path: Path) -> dict:
+    """The ledger's entries; a damaged ledger is refused, not reset, so that nothing reruns (and
+    rewrites results) without a word."""
+    fix = "delete it to rerun every stage"
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path}: cannot be read ({one_line(e)}); {fix}") from None
+    if not isinstance(entries, dict):
+        raise ArtifactError(f"{path}: expected an object of stages, got {entries!r:.40}; {fix}")
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise ArtifactError(
+                f"{path}: stage {name}: expected an object, got {entry!r:.40}; {fix}"
+            )
+    return entries
 
 
 def one_line(e: BaseException) -> str:

@@ -261,6 +261,7 @@ def run_pipeline(
 ) -> Path:
     """Prepares (self-caching), runs the stages that are out of date, writes the report."""
     start = time.perf_counter()
+    Ledger(layout.ledger)  # a damaged one is refused before any work
     log("[prepare] running (reuses the prepared dataset when inputs are unchanged)")
     stages.prepare(cfg, layout, progress=progress)
     stages.save_config(cfg, layout)

@@ -128,6 +128,47 @@ def _bad_retriever(tmp_path: Path, src: Path) -> Path:
     return w
 
 
+def _results_garbage(tmp_path: Path, src: Path) -> Path:
+    """Prepared, with a results/warm.json cut off after its first byte."""
+    w = _prepared(tmp_path, src)
+    (w / "results").mkdir()
+    (w / "results" / "warm.json").write_text("{")
+    return w
+
+
+def _ledger(text: str):
+    """Prepared, with a stages.json holding `text`."""
+
+    def make(tmp_path: Path, src: Path) -> Path:
+        w = _prepared(tmp_path, src)
+        (w / "stages.json").write_text(text)
+        return w
+
+    return make
+
+
+def _mistyped_retriever(tmp_path: Path, src: Path) -> Path:
+    """Prepared and tokenized, with a retriever.json whose num_levels is the string "four"."""
+    import json
+
+    w = _prepared(tmp_path, src)
+    _tokenizer(w, _catalog(w))
+    (w / "retriever_loo" / "checkpoints").mkdir(parents=True)
+    seq = json.loads((w / "config.json").read_text())["seqmodel"]
+    info = {"seqmodel": seq, "num_levels": "four", "codebook_size": 8}
+    (w / "retriever_loo" / "retriever.json").write_text(json.dumps(info))
+    return w
+
+
+def _halved_records(tmp_path: Path, src: Path) -> Path:
+    """Prepared, with every array_record file of the prepared dataset cut in half."""
+    w = _prepared(tmp_path, src)
+    for f in (w / "prepared").rglob("*array_record*"):
+        data = f.read_bytes()
+        f.write_bytes(data[: len(data) // 2])
+    return w
+
+
 def _raw(kind: str):
     """A fresh work directory beside a raw folder damaged in one way; {raw} in argv names it."""
 
@@ -374,6 +415,16 @@ CASES = [
     ),
     ("empty-workdir", None, ["prepare", *TINY, "--workdir", ""], ["--workdir", "empty"]),
     ("bad-retriever-json", _bad_retriever, ["eval-warm"], ["retriever.json"]),
+    (
+        "mistyped-retriever-json",
+        _mistyped_retriever,
+        ["eval-warm"],
+        ["retriever.json", "num_levels"],
+    ),
+    ("results-json-garbage", _results_garbage, ["report"], ["warm.json", "genret eval-warm"]),
+    ("ledger-garbage", _ledger("[1, 2"), ["pipeline"], ["stages.json", "delete it"]),
+    ("ledger-a-list", _ledger("[1, 2]"), ["pipeline"], ["stages.json", "delete it"]),
+    ("ledger-entry-a-number", _ledger('{"prepare": 3}'), ["pipeline"], ["stages.json", "prepare"]),
     # Raw files: named with the line where known.
     (
         "raw-dir-missing",
