@@ -222,11 +222,23 @@ def _records(out_dir: Path, config: str) -> list[dict]:
     return source.__getitems__(list(range(len(source))))
 
 
+def _indexed(records: list, field: str, what: str) -> list[dict]:
+    """`records` sorted by their `field`, which must number them 0..n-1 (a truncated record
+    file reads back with missing or None records): else a ValueError."""
+    try:
+        records = sorted(records, key=lambda r: int(r[field]))
+    except (TypeError, KeyError, ValueError):  # a record or its index read back as None
+        raise ValueError(f"unreadable {what} records") from None
+    if [int(r[field]) for r in records] != list(range(len(records))):
+        raise ValueError(f"the {what} records are not numbered 0..{len(records) - 1}")
+    return records
+
+
 def load_prepared(out_dir: Path) -> InteractionData:
     """Reads a prepared folder back into an InteractionData (records re-ordered by index)."""
     out_dir = Path(out_dir)
-    users = sorted(_records(out_dir, "users"), key=lambda r: int(r["user"]))
-    items = sorted(_records(out_dir, "items"), key=lambda r: int(r["item"]))
+    users = _indexed(_records(out_dir, "users"), "user", "user")
+    items = _indexed(_records(out_dir, "items"), "item", "item")
     meta = json.loads((out_dir / KEY_FILE).read_text())
     lengths = np.array([len(r["items"]) for r in users], np.int64)
     histories = Histories(

@@ -30,7 +30,7 @@ def load_dataset(layout: RunLayout) -> InteractionData:
         _loaded.clear()
         try:
             _loaded[path] = (key, prepared.load_prepared(layout.prepared))
-        except (OSError, ValueError, KeyError) as e:
+        except Exception as e:  # tfds, array_record and json raise many types for one damaged file
             raise ArtifactError(
                 f"{layout.prepared}: the prepared dataset does not load ({type(e).__name__}: "
                 f"{e}); delete it and run `genret prepare --workdir {layout.root}`"

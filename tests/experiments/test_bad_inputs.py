@@ -425,6 +425,7 @@ CASES = [
     ("ledger-garbage", _ledger("[1, 2"), ["pipeline"], ["stages.json", "delete it"]),
     ("ledger-a-list", _ledger("[1, 2]"), ["pipeline"], ["stages.json", "delete it"]),
     ("ledger-entry-a-number", _ledger('{"prepare": 3}'), ["pipeline"], ["stages.json", "prepare"]),
+    ("halved-records", _halved_records, ["data-stats"], ["prepared", "genret prepare"]),
     # Raw files: named with the line where known.
     (
         "raw-dir-missing",
