@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from data.config import AMAZON_SHORTCUTS, DATASETS
@@ -198,7 +199,29 @@ def check_retriever_beam_size(
 
 
 def layout_of(args: argparse.Namespace) -> RunLayout:
-    return RunLayout(args.workdir)
+    layout = RunLayout(args.workdir)
+    check_creatable(layout.root)
+    return layout
+
+
+def check_creatable(root: Path, flag: str = "--workdir") -> None:
+    """An ArgumentError when `root` does not exist and cannot be made (a read-only place, /proc),
+    so that no work is done first; tried with an empty folder made and removed at once, as
+    os.access answers yes to root wherever the mode bits would."""
+    root = Path(root)
+    if root.exists():
+        return
+    parent = root.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ArgumentError(f"{flag} {root}: {parent} is a file, expected a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".genret-", dir=parent))
+    except OSError as e:
+        raise ArgumentError(
+            f"{flag} {root}: cannot be created in {parent} ({os_reason(e)})"
+        ) from None
 
 
 def _default_preset(dataset: str | None, category: str | None) -> str:

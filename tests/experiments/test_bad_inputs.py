@@ -426,6 +426,12 @@ CASES = [
     ("ledger-a-list", _ledger("[1, 2]"), ["pipeline"], ["stages.json", "delete it"]),
     ("ledger-entry-a-number", _ledger('{"prepare": 3}'), ["pipeline"], ["stages.json", "prepare"]),
     ("halved-records", _halved_records, ["data-stats"], ["prepared", "genret prepare"]),
+    (
+        "workdir-unwritable",
+        None,
+        ["prepare", *TINY, "--workdir", "/proc/genret_no_such_dir"],
+        ["--workdir /proc/genret_no_such_dir"],
+    ),
     # Raw files: named with the line where known.
     (
         "raw-dir-missing",
@@ -527,3 +533,13 @@ def test_bad_input_is_one_line_naming_it_and_changes_nothing(
 
 def test_there_are_at_least_55_cases():
     assert len(CASES) >= 55
+
+
+def test_a_workdir_that_cannot_be_created_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    """Checked up front: no progress bar of generated data before the one line."""
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    code = cli.main(["prepare", *TINY, "--workdir", "/proc/genret_no_such_dir"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code not in (0, None)
+    assert len(lines) == 1 and "--workdir /proc/genret_no_such_dir" in lines[0], lines
