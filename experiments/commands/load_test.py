@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import os
+import urllib.parse
 
 from data import atomic
 from data.errors import ArgumentError
@@ -38,12 +39,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
+def _check_url(url: str) -> None:
+    """An ArgumentError unless `url` is http(s)://HOST[:PORT][/...]."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ArgumentError(f"--url {url!r}: expected http://host:port or https://host:port")
+    try:
+        parts.port  # noqa: B018 (raises on a port that is no number or out of range)
+    except ValueError as e:
+        raise ArgumentError(f"--url {url!r}: {e}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        import httpx
+
         from experiments.serving import load as serve_load
     except ImportError as e:
         extra = "pip install -e '.[serve]'"
         raise ArgumentError(f"genret load-test needs the serve extra: {extra} ({e})") from None
+    if args.url is not None:
+        _check_url(args.url)
     for name in ("requests", "users"):
         common.positive(f"--{name}", getattr(args, name))
     if args.seconds <= 0 or args.toggle_rate <= 0:
@@ -60,7 +76,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         url = args.url or server[1]
         token = os.environ.get(TOKEN_ENV) or None
-        result = asyncio.run(serve_load.run_load(url, histories, cfg, token=token))
+        try:
+            result = asyncio.run(serve_load.run_load(url, histories, cfg, token=token))
+        except (OSError, httpx.TransportError) as e:
+            if not args.url:
+                raise
+            raise ArgumentError(f"--url {args.url}: cannot reach the service ({e})") from None
     finally:
         if server is not None:
             server[0].terminate()

@@ -432,6 +432,18 @@ CASES = [
         ["prepare", *TINY, "--workdir", "/proc/genret_no_such_dir"],
         ["--workdir /proc/genret_no_such_dir"],
     ),
+    (
+        "load-test-url",
+        _fresh,
+        ["load-test", "--url", "notaurl", "--out", "{tmp}/lt.json"],
+        ["--url"],
+    ),
+    (
+        "load-test-url-no-host",
+        _fresh,
+        ["load-test", "--url", "http://", "--out", "{tmp}/lt.json"],
+        ["--url", "host"],
+    ),
     # Raw files: named with the line where known.
     (
         "raw-dir-missing",
