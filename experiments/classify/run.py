@@ -4,6 +4,7 @@ test items unconstrained and under `LabelConstraint` (single- and multi-label) a
 import dataclasses
 import functools
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -66,16 +67,40 @@ class ClassifyConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("prompt_len", "target_len", "max_labels", "batch_size", "epochs"):
-            if getattr(self, name) < 2 - (name in ("max_labels", "batch_size", "epochs")):
-                raise ArgumentError(f"{name}={getattr(self, name)} is too small")
-        for name in ("eval_batch", "beam_size", "checkpoint_every", "num_layers"):
-            if getattr(self, name) < 1:
-                raise ArgumentError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_items < 0 or self.latency_items < 0:
-            raise ArgumentError("max_items and latency_items must be >= 0")
-        if not (0 < self.test_fraction < 1 and 0 <= self.val_fraction < 1):
-            raise ArgumentError("test_fraction must be in (0, 1) and val_fraction in [0, 1)")
+        check_settings(dataclasses.asdict(self))
+
+
+def check_settings(values: dict, spell: Callable[[str, Any], str] = "{}={}".format) -> None:
+    """An ArgumentError naming the first of a ClassifyConfig's `values` out of range, spelled
+    by `spell(field, value)` (the command spells its flag: `--max-labels 0`)."""
+
+    def refuse(name: str, why: str):
+        raise ArgumentError(f"{spell(name, values[name])}: {why}")
+
+    for name in ("test_fraction", "val_fraction", "dropout", "learning_rate", "weight_decay"):
+        if not math.isfinite(values[name]):
+            refuse(name, "must be a finite number")
+    for name in ("prompt_len", "target_len"):
+        if values[name] < 2:
+            refuse(name, "must be >= 2")
+    for name in ("max_labels", "batch_size", "epochs", "eval_batch", "beam_size"):
+        if values[name] < 1:
+            refuse(name, "must be >= 1")
+    for name in ("checkpoint_every", "num_layers", "d_model", "num_heads", "mlp_dim"):
+        if values[name] < 1:
+            refuse(name, "must be >= 1")
+    for name in ("max_items", "latency_items", "warmup_steps"):
+        if values[name] < 0:
+            refuse(name, "must be >= 0")
+    if not 0 < values["test_fraction"] < 1:
+        refuse("test_fraction", "must be in (0, 1)")
+    for name in ("val_fraction", "dropout"):
+        if not 0 <= values[name] < 1:
+            refuse(name, "must be in [0, 1)")
+    if not values["learning_rate"] > 0:
+        refuse("learning_rate", "must be > 0")
+    if values["weight_decay"] < 0:
+        refuse("weight_decay", "must be >= 0")
 
 
 def result_path(workdir: Path, dataset: str) -> Path:

@@ -17,7 +17,13 @@ from data.amazon import find_raw_files
 from data.config import AMAZON_SHORTCUTS, SyntheticConfig
 from data.errors import ArgumentError
 from data.synthetic import ensure_raw_files
-from experiments.classify.run import ClassifyConfig, markdown_table, result_path, run_classify
+from experiments.classify.run import (
+    ClassifyConfig,
+    check_settings,
+    markdown_table,
+    result_path,
+    run_classify,
+)
 from experiments.commands import _common as common
 from experiments.pipeline.stages import DEFAULT_AMAZON_ROOT
 
@@ -65,6 +71,9 @@ def _meta_path(args: argparse.Namespace) -> Path:
 def run(args: argparse.Namespace) -> int:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ClassifyConfig)
               if f.name not in _FIXED}  # fmt: skip
+    # Before anything is written (the synthetic meta file), naming the flag typed.
+    check_settings(values, lambda name, value: f"--{name.replace('_', '-')} {value}")
+    common.check_creatable(args.workdir)
     meta = _meta_path(args)
     cfg = ClassifyConfig(dataset=args.dataset, meta_path=str(meta.resolve()), **values)
     # tqdm.write: a log line during training does not break the progress bar.

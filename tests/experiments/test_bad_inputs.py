@@ -444,6 +444,24 @@ CASES = [
         ["load-test", "--url", "http://", "--out", "{tmp}/lt.json"],
         ["--url", "host"],
     ),
+    (
+        "classify-labels",
+        _fresh,
+        ["classify", "--dataset", "synthetic", "--max-labels", "0"],
+        ["--max-labels 0"],
+    ),
+    (
+        "classify-fraction",
+        _fresh,
+        ["classify", "--dataset", "synthetic", "--test-fraction", "1.5"],
+        ["--test-fraction 1.5"],
+    ),
+    (
+        "classify-dropout",
+        _fresh,
+        ["classify", "--dataset", "synthetic", "--dropout", "nan"],
+        ["--dropout nan"],
+    ),
     # Raw files: named with the line where known.
     (
         "raw-dir-missing",
