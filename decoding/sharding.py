@@ -167,6 +167,11 @@ def shard_index(index: StaticIndex, mesh: Mesh, axis: str = "index") -> ShardedS
     """The STATIC constraint over `index` with its CSR split into one row block per device of
     `axis` (see `ShardedStaticConstraint`); the blocks are padded to one length with empty rows
     and unused edges."""
+    if index.layout != "csr":
+        raise ValueError(
+            f"shard_index: splits an index of the csr layout, not {index.layout!r}; build it "
+            "with StaticIndex.build(..., layout='csr')"
+        )
     n = mesh.shape[axis]
     row_ptr, tokens = np.asarray(index.row_ptr), np.asarray(index.tokens)
     b = _row_blocks(row_ptr, n, tokens.itemsize)

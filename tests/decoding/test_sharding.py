@@ -86,7 +86,7 @@ _STATIC_SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_sharded_static_index_gives_the_replicated_beams():
-    out = run_on_forced_cpu_devices(_STATIC_SCRIPT, devices=8, timeout=300)
+    out = run_on_forced_cpu_devices(_STATIC_SCRIPT, devices=8, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("OK")
 
@@ -182,3 +182,16 @@ def test_sharded_live_index_gives_the_replicated_beams_through_updates():
     out = run_on_forced_cpu_devices(_LIVE_SCRIPT, devices=8, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("OK")
+
+
+def test_shard_index_refuses_the_compact_layout():
+    import jax
+    import numpy as np
+
+    from decoding import StaticIndex
+    from decoding.sharding import shard_index
+
+    sids = np.random.default_rng(0).integers(0, 16, (50, 3))
+    index = StaticIndex.build(sids, vocab_size=16, layout="compact")
+    with pytest.raises(ValueError, match="csr layout"):
+        shard_index(index, jax.make_mesh((1,), ("index",)), "index")
