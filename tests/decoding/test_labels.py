@@ -154,3 +154,76 @@ def test_masked_logits_equal_the_dense_mask_applied():
         want = jnp.where(_allowed_tokens(c, state), logits, -jnp.inf)
         np.testing.assert_array_equal(masked(c, state, logits), want)
         state = _advance_tokens(c, state, jnp.asarray(tokens, jnp.int32))
+
+
+def _grammar_next(labels, allowed, max_labels, sep, emitted, prefix, sep_pos, done):
+    """The allowed next tokens by brute force over the label list (no trie)."""
+    if done:
+        return {EOS}
+    if sep_pos:
+        return {sep[sep_pos]}
+    free = [tuple(lab) for i, lab in enumerate(labels) if allowed[i] and i not in emitted]
+    p = tuple(prefix)
+    out = {lab[len(p)] for lab in free if len(lab) > len(p) and lab[: len(p)] == p}
+    if p in free:
+        out.add(EOS)
+        if sep and len(emitted) + 1 < max_labels and sum(allowed) - len(emitted) > 1:
+            out.add(sep[0])
+    return out
+
+
+@pytest.mark.parametrize("max_labels, subsets", [(1, False), (1, True), (3, True), (4, False)])
+def test_bitmask_equals_brute_force_and_dense_mask(max_labels, subsets):
+    # V = 70: two full words and a partial one; labels share prefixes over a few tokens and
+    # reach the last word, so bits cross word boundaries.
+    rng = np.random.default_rng(max_labels + 10 * subsets)
+    V2, sep = 70, (1, 2)
+    pool = np.array([3, 4, 5, 31, 32, 33, 63, 64, 69])
+    labels = {tuple(rng.choice(pool, rng.integers(1, 4)).tolist()) for _ in range(30)}
+    labels = sorted(labels)
+    idx = LabelIndex.build(
+        labels, vocab_size=V2, capacity=LabelCapacity(nodes=128, edges=128, labels=64, width=16)
+    )
+    c = LabelConstraint.build(
+        idx, eos_id=EOS, separator=sep if max_labels > 1 else (), max_labels=max_labels
+    )
+    B2, K2 = 2, 3
+    allowed = rng.random((B2, len(labels))) < (0.5 if subsets else 1.1)
+    allowed[:, 0] = True
+    if subsets:
+        c = _restrict(c, subset_words(idx, allowed))
+    state = jax.tree.map(
+        lambda x: jnp.broadcast_to(x[:, None], (B2, K2, *x.shape[1:])), c.init_state(B2)
+    )
+    # Per row: emitted label indices, current prefix, separator position, done.
+    rows = [[[], [], 0, False] for _ in range(B2 * K2)]
+    logits = jnp.asarray(rng.normal(size=(B2, K2, V2)), jnp.float32)
+    bitmask, masked = (
+        jax.jit(LabelConstraint.allowed_bitmask),
+        jax.jit(LabelConstraint.masked_logits),
+    )
+    for _ in range(c.max_steps):
+        words = np.asarray(bitmask(c, state))
+        assert words.shape == (B2, K2, 3) and words.dtype == np.uint32
+        got = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little")[..., :V2] > 0
+        dense = np.asarray(_allowed_tokens(c, state))
+        np.testing.assert_array_equal(got, dense, "bitmask differs from the dense mask")
+        want_logits = np.where(dense, np.asarray(logits), -np.inf)
+        np.testing.assert_array_equal(np.asarray(masked(c, state, logits)), want_logits)
+        tokens = np.zeros((B2, K2), np.int32)
+        for r, (emitted, prefix, sep_pos, done) in enumerate(rows):
+            want = _grammar_next(labels, allowed[r // K2], max_labels, sep, *rows[r])
+            assert set(np.flatnonzero(got.reshape(B2 * K2, V2)[r]).tolist()) == want, r
+            t = int(rng.choice(sorted(want)))
+            tokens.flat[r] = t
+            if done:
+                continue
+            if sep_pos:
+                rows[r][2] = (sep_pos + 1) % len(sep)
+            elif t == EOS or (t == sep[0] and max_labels > 1):
+                emitted.append(labels.index(tuple(prefix)))
+                rows[r][1], rows[r][2], rows[r][3] = [], int(t != EOS), t == EOS
+            else:
+                prefix.append(t)
+        state = _advance_tokens(c, state, jnp.asarray(tokens))
+    assert all(done for *_, done in rows), "every row reached EOS within max_steps"
