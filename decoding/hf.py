@@ -82,6 +82,16 @@ class LabelLogitsProcessor:
             trie = t(allowed[:, np.asarray(index.label_order)[: self.num_labels]], torch.bool)
             self.allowed = trie
             self.prefix = torch.nn.functional.pad(trie.long().cumsum(1), (1, 0))
+        # Labels under the root's child through each token ([V], or [B, V] per prompt), and
+        # the tokens that start none, computed once: a root step is then one masked_fill.
+        child = self.root_child
+        has = child > 0
+        if self.allowed is None:
+            self.root_count = torch.where(has, self.hi[child] - self.lo[child], 0)
+        else:
+            count = self.prefix[:, self.hi[child]] - self.prefix[:, self.lo[child]]
+            self.root_count = torch.where(has, count, 0)
+        self.root_closed = self.root_count <= 0
         self.reset()
 
     def reset(self) -> None:
@@ -250,41 +260,62 @@ class LabelLogitsProcessor:
         # Single-label without subsets: every child's range holds a label, nothing to check.
         return self.max_labels > 1 or self.allowed is not None
 
-    def _root_ok(self, state: dict, rows, batch, token=None):
-        """Allowed root tokens of `rows` ([r, V]), or whether `token` [r] is one ([r])."""
-        child = self.root_child if token is None else self.root_child[token]
-        has = child > 0
+    def _root_ok(self, state: dict, rows, batch, token):
+        """Whether `token` [r] starts a label still available to `rows` [r]."""
+        has = self.root_child[token] > 0
         if not self._checks:
             return has
-        lo, hi = self.lo[child], self.hi[child]
-        if self.allowed is None:
-            count = hi - lo
-        else:
-            b = batch[rows] if token is not None else batch[rows][:, None]
-            count = self.prefix[b, hi] - self.prefix[b, lo]
+        count = self.root_count[token] if batch is None else self.root_count[batch[rows], token]
         # Emitted labels lower their first token's count.
         e = state["emitted"][rows]
-        if token is None:
-            used = self._t.zeros(
-                len(rows), self.vocab_size, dtype=self._t.int64, device=self.device
-            )
-            used.scatter_add_(1, self.first[e.clamp(min=0)], (e >= 0).long())
-        else:
-            used = ((self.first[e.clamp(min=0)] == token[:, None]) & (e >= 0)).sum(1)
+        used = ((self.first[e.clamp(min=0)] == token[:, None]) & (e >= 0)).sum(1)
         return has & (count - used > 0)
+
+    def _root_closed(self, state: dict, rows, batch):
+        """Root tokens that emitted labels close for `rows`: (row positions, tokens) where a
+        first token's count, less the row's emitted labels starting with it, reaches 0."""
+        e = state["emitted"][rows]
+        hit = (e >= 0).nonzero()
+        if not len(hit):
+            return hit[:, 0], hit[:, 0]
+        V = self.vocab_size
+        key, used = self._t.unique(
+            hit[:, 0] * V + self.first[e[hit[:, 0], hit[:, 1]]], return_counts=True
+        )
+        r, tok = key // V, key % V
+        count = self.root_count[tok] if batch is None else self.root_count[batch[rows[r]], tok]
+        shut = count - used <= 0
+        return r[shut], tok[shut]
 
     def _masked(self, state: dict, scores):
         """The scores with every token the grammar forbids at -inf (EOS only for finished rows)."""
         torch = self._t
         s = self._slots(state)
+        R, V = scores.shape
+        closed = self.root_closed
+        if bool(s["at_root"].all()):
+            # The first step: one masked_fill, the per-prompt mask broadcast over its rows
+            # (rows are prompt-major), so no [R, V] mask is built.
+            rows, batch = s["at_root"].nonzero()[:, 0], s["batch"]
+            if batch is None:
+                out = scores.masked_fill(closed, -torch.inf)
+            else:
+                B = closed.shape[0]
+                out = scores.view(B, R // B, V).masked_fill(closed[:, None], -torch.inf)
+                out = out.view(R, V)
+            if self._checks:
+                r, tok = self._root_closed(state, rows, batch)
+                out[rows[r], tok] = -torch.inf
+            return out
         # Start from -inf and copy the allowed scores: a few per row, all V only at the root.
         out = torch.full_like(scores, -torch.inf)
         if bool(s["at_root"].any()):
             rows = s["at_root"].nonzero()[:, 0]
-            ok = self._root_ok(state, rows, s["batch"])
-            if len(rows) == len(scores):  # every row at the root (the first step): one pass
-                return scores.masked_fill(~ok, -torch.inf)
-            out[rows] = scores[rows].masked_fill_(~ok, -torch.inf)
+            shut = closed if s["batch"] is None else closed[s["batch"][rows]]
+            out[rows] = scores[rows].masked_fill_(shut, -torch.inf)
+            if self._checks:
+                r, tok = self._root_closed(state, rows, s["batch"])
+                out[rows[r], tok] = -torch.inf
         r, tok = s["rows"], self.tokens[s["edge"]]
         out[r, tok] = scores[r, tok]
         r = (s["opens"] | s["inside"]).nonzero()[:, 0]
