@@ -1,4 +1,5 @@
-"""Per-step cost of constraining B x K rows to a label set over V tokens: ours vs Python tries.
+"""Per-step cost of constraining B x K rows to a label set over V tokens: ours vs Python tries
+and, with the bench extra, llguidance and xgrammar.
 
 Needs the hf extra (torch, transformers). Writes JSON to stdout (and --out), a markdown table to
 stderr. Example: genret bench-labels --labels 1000,100000 --vocab 50000 --out runs/bench_labels.json
@@ -10,7 +11,13 @@ import sys
 
 from data import atomic
 from data.errors import ArgumentError
-from experiments.bench.labels import METHODS, LabelBenchConfig, markdown_table, run_label_bench
+from experiments.bench.labels import (
+    METHODS,
+    MODES,
+    LabelBenchConfig,
+    markdown_table,
+    run_label_bench,
+)
 from experiments.commands import _common as common
 
 
@@ -24,6 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reps", type=int, default=d.reps, help="timed calls per step")
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--methods", default=",".join(d.methods), help=f"subset of {METHODS}")
+    parser.add_argument("--modes", default=",".join(d.modes), help=f"subset of {MODES}")
+    parser.add_argument("--steps", default="", help="steps to time, e.g. 0,1,3 (default: all)")
+    parser.add_argument("--subset-size", type=int, default=d.subset_size, help="labels per prompt")
+    parser.add_argument("--multi-labels", type=int, default=d.multi_labels, help="max labels")
+    parser.add_argument(
+        "--xgrammar-max-labels", type=int, default=d.xgrammar_max_labels, help="skip larger"
+    )
     parser.add_argument("--out", type=common.path_arg, default=None, help="write the JSON here too")
 
 
@@ -34,7 +48,16 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(
             f"--labels: expected comma-separated ints, got {args.labels!r}"
         ) from None
-    for name in ("batch", "beam", "max_len", "reps"):
+    try:
+        steps = tuple(int(t) for t in args.steps.split(",") if t)
+    except ValueError:
+        raise ArgumentError(f"--steps: expected comma-separated ints, got {args.steps!r}") from None
+    if any(t < 0 for t in steps):
+        raise ArgumentError("--steps must be >= 0")
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if not modes or set(modes) - set(MODES):
+        raise ArgumentError(f"--modes: {args.modes!r}; choose from {MODES}")
+    for name in ("batch", "beam", "max_len", "reps", "subset_size", "multi_labels"):
         if getattr(args, name) < 1:
             raise ArgumentError(f"--{name.replace('_', '-')} must be >= 1")
     if args.vocab < 3 or min(labels) < 1:
@@ -58,6 +81,11 @@ def run(args: argparse.Namespace) -> int:
         reps=args.reps,
         seed=args.seed,
         methods=methods,
+        modes=modes,
+        steps=steps,
+        subset_size=args.subset_size,
+        multi_labels=args.multi_labels,
+        xgrammar_max_labels=args.xgrammar_max_labels,
     )
     result = run_label_bench(cfg, progress=lambda msg: print(msg, file=sys.stderr))
     text = json.dumps(result, indent=2)

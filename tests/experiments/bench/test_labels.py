@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from experiments.bench.labels import (
+    ENGINES,
     METHODS,
+    MODES,
     LabelBenchConfig,
     PythonTrieProcessor,
     markdown_table,
@@ -40,19 +42,48 @@ def test_baselines_mask_like_our_processor():
     assert torch.equal(torch.isfinite(pfn(ids, scores)), want)
 
 
+def test_python_trie_with_subsets_and_separator_masks_like_our_processor():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from decoding.hf import LabelLogitsProcessor
+    from decoding.label_index import LabelIndex
+
+    labels = random_labels(40, 30, 3, seed=2)
+    labels = [x for x in labels if 29 not in x]  # 29: the separator
+    rng = np.random.default_rng(0)
+    allowed = rng.random((2, len(labels))) < 0.5
+    allowed[:, :2] = True
+    kw = {"separator": (29,), "max_labels": 3}
+    idx = LabelIndex.build(labels, vocab_size=30)
+    ours = LabelLogitsProcessor(idx, eos_token_id=0, allowed=allowed, **kw)
+    trie = PythonTrieProcessor(labels, 0, prompt_len=2, allowed=allowed, **kw)
+    ids = torch.tensor([[5, 6], [7, 8]])
+    for t in range(8):
+        want = torch.isfinite(ours(ids, torch.zeros(2, 30)))
+        assert torch.equal(torch.isfinite(trie(ids, torch.zeros(2, 30))), want), t
+        nxt = [int(rng.choice(np.flatnonzero(w.numpy()))) for w in want]
+        ids = torch.cat([ids, torch.tensor(nxt)[:, None]], 1)
+
+
 @pytest.mark.slow
 def test_run_label_bench_tiny():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    cfg = LabelBenchConfig(num_labels=(30,), vocab=64, batch=2, beam=2, max_len=3, reps=1)
+    cfg = LabelBenchConfig(
+        num_labels=(30,), vocab=64, batch=2, beam=2, max_len=3, reps=1, modes=MODES, steps=(0, 1, 3)
+    )
     out = run_label_bench(cfg)
-    methods = out["sizes"]["30"]["methods"]
-    assert set(methods) == set(METHODS)
-    for m in methods.values():
-        assert len(m["per_step_ms"]) == 4 and all(np.isfinite(m["per_step_ms"]))
-    assert "speedup_vs_python_trie" in methods["jax_mask"]
+    for mode, res in out["sizes"]["30"]["modes"].items():
+        methods = res["methods"]
+        ours = set(METHODS) - set(ENGINES) - ({"prefix_fn"} if mode != "single" else set())
+        assert ours <= set(methods), mode
+        for m in methods.values():
+            assert set(m["per_step_ms"]) == {"0", "1", "3"}
+            assert all(np.isfinite(list(m["per_step_ms"].values())))
+        if "xgrammar" in methods and mode != "multi":
+            assert set(methods["xgrammar"]["mask_agrees"].values()) == {1.0}
     json.dumps(out)
-    assert "| 30 | jax_mask |" in markdown_table(out, "genret bench-labels")
+    assert "| 30 | single | jax_mask |" in markdown_table(out, "genret bench-labels")
 
 
 def test_cli_rejects_bad_arguments(capsys):
