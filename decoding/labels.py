@@ -351,11 +351,17 @@ class LabelConstraint(Constraint):
         # node's children (sorted by token), log2(width) gathers instead of width compares.
         n = jnp.clip(state.node, 0, idx.capacity.nodes - 1)
         start, stop = jnp.take(idx.row_ptr, n), jnp.take(idx.row_ptr, n + 1)
-        lo, hi = start, stop
-        for _ in range(idx.capacity.width.bit_length()):
+
+        # A loop, not unrolled: XLA's fusion copies each step's `mid` into both bounds of the
+        # next, so the unrolled search compiles in time exponential in its steps (minutes at a
+        # width of 512).
+        def halve(_, bounds):
+            lo, hi = bounds
             mid = (lo + hi) // 2
             right = (mid < hi) & (jnp.take(idx.tokens, mid, mode="clip") < tokens)
-            lo, hi = jnp.where(right, mid + 1, lo), jnp.where(right, hi, mid)
+            return jnp.where(right, mid + 1, lo), jnp.where(right, hi, mid)
+
+        lo, hi = jax.lax.fori_loop(0, idx.capacity.width.bit_length(), halve, (start, stop))
         found = (lo < stop) & (jnp.take(idx.tokens, lo, mode="clip") == tokens)
         root = self._at_root(state)
         child = jnp.where(root, jnp.take(idx.root_child, tokens, mode="clip"), lo + 1)
