@@ -37,6 +37,7 @@ METHODS = (
     "prefix_fn",
     "torch_processor",
     "jax_mask",
+    "jax_mask_donated",
     "jax_beam_step",
     "llguidance",
     "xgrammar",
@@ -389,7 +390,7 @@ def _methods(cfg, case, index, c, ids, scores, scores_jax) -> dict[str, tuple]:
                 return tp(ids[t], scores)
 
         fns["torch_processor"] = (torch_step, None, None)
-    if "jax_mask" in cfg.methods or "jax_beam_step" in cfg.methods:
+    if {"jax_mask", "jax_mask_donated", "jax_beam_step"} & set(cfg.methods):
         state0 = jax.tree.map(
             lambda x: jnp.broadcast_to(x[:, None], (B, K, *x.shape[1:])), c.init_state(B)
         )
@@ -404,6 +405,15 @@ def _methods(cfg, case, index, c, ids, scores, scores_jax) -> dict[str, tuple]:
         fns["jax_mask"] = (
             lambda t, _: mask_step(c, states[t - 1] if t else state0, prev[t], scores_jax),
             None,
+            None,
+        )
+    if "jax_mask_donated" in cfg.methods:
+        # The scores donated: XLA writes the masked scores into their buffer (as the engines
+        # apply their masks in place), so no [B, K, V] output is allocated.
+        mask_donated = jax.jit(_jax_mask_step, donate_argnums=3)
+        fns["jax_mask_donated"] = (
+            lambda t, x: mask_donated(c, states[t - 1] if t else state0, prev[t], x),
+            lambda t: jax.block_until_ready(jnp.copy(scores_jax)),
             None,
         )
     if "jax_beam_step" in cfg.methods:
@@ -531,7 +541,14 @@ class _Engines:
             grammars.append(g)
         R = len(case.gen)
         prompts = self._rows_prompt(R, len(grammars))
-        base = [llguidance.LLMatcher(tok, g, log_level=0) for g in grammars]
+        # The defaults refuse a lexer over 100,000 alternatives; ours bound nothing.
+        limits = llguidance.LLParserLimits(
+            initial_lexer_fuel=10**10,
+            step_lexer_fuel=10**9,
+            max_lexer_states=10**7,
+            max_grammar_size=10**8,
+        )
+        base = [llguidance.LLMatcher(tok, g, log_level=0, limits=limits) for g in grammars]
         for m in base:
             if m.is_error():
                 raise ValueError(f"llguidance grammar: {m.get_error()}")
