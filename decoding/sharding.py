@@ -104,7 +104,7 @@ class ShardedStaticConstraint(StaticConstraint):
             j = jnp.clip(s - first, 0, row_ptr.shape[0] - 2)
             start = jnp.take(row_ptr, j, mode="clip")
             end = jnp.take(row_ptr, j + 1, mode="clip")
-            edge = start[..., None] + jnp.arange(W, dtype=jnp.int32)
+            edge = start[..., None] + _slots(W, start.ndim)
             # A row's edges are all in its block; slots past them read token 0 (never chosen).
             tok = jnp.where(edge < end[..., None], jnp.take(tokens, edge, mode="clip"), 0)
             out = jnp.concatenate(
@@ -122,8 +122,13 @@ class ShardedStaticConstraint(StaticConstraint):
             axis_names=frozenset({self.axis}),
         )(self.index.row_ptr, self.index.tokens, self.bounds, s)
         start, end = out[..., W], out[..., W + 1]
-        edge = start[..., None] + jnp.arange(W, dtype=jnp.int32)
+        edge = start[..., None] + _slots(W, start.ndim)
         return edge, edge < end[..., None], out[..., :W]
+
+
+def _slots(width: int, lead: int) -> jax.Array:
+    """0 .. width - 1 with `lead` leading axes of size 1 (no rank promotion when added)."""
+    return jnp.arange(width, dtype=jnp.int32).reshape((1,) * lead + (width,))
 
 
 jax.tree_util.register_dataclass(

@@ -101,6 +101,8 @@ def _small(argv: list[str], out: Path) -> list[str]:
             argv[argv.index(flag) + 1] = value
         elif flag in flags:
             argv += [flag, value]
+    if "--devices" in argv:  # the one device this process has (the docs force 8 CPU devices)
+        argv[argv.index("--devices") + 1] = "1"
     return argv
 
 
