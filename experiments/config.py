@@ -142,46 +142,29 @@ def _at_least(cfg, section: str, names: tuple[str, ...], low) -> None:
             raise ArgumentError(f"{section}.{name}={value}: must be >= {low}")
 
 
-def _float_fields(cfg, prefix: str = ""):
-    """(key, value) of every float in the config tree, tuples' elements included."""
+def _leaves(cfg, prefix: str = ""):
+    """(key, value) of every scalar in the config tree, tuples' elements included."""
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         if dataclasses.is_dataclass(value):
-            yield from _float_fields(value, f"{prefix}{f.name}.")
-        elif isinstance(value, float):
-            yield prefix + f.name, value
-        elif isinstance(value, tuple):
-            yield from ((prefix + f.name, v) for v in value if isinstance(v, float))
+            yield from _leaves(value, f"{prefix}{f.name}.")
+        else:
+            yield from (
+                (prefix + f.name, v) for v in (value if isinstance(value, tuple) else (value,))
+            )
 
 
 # Ints become array sizes, step counts and seeds on the device, where JAX's default is int32.
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 
 
-def _int_fields(cfg, prefix: str = ""):
-    """(key, value) of every int in the config tree (bools not), tuples' elements included."""
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(value):
-            yield from _int_fields(value, f"{prefix}{f.name}.")
-        elif isinstance(value, int) and not isinstance(value, bool):
-            yield prefix + f.name, value
-        elif isinstance(value, tuple):
-            yield from (
-                (prefix + f.name, v)
-                for v in value
-                if isinstance(v, int) and not isinstance(v, bool)
-            )
-
-
 def validate(cfg: Config) -> Config:
     """Checks every field a stage would reject later, so a command fails before any work starts
     and a rejected value never reaches config.json; raises ArgumentError naming the key."""
-    for key, value in _float_fields(cfg):
-        if not math.isfinite(value):
+    for key, value in _leaves(cfg):
+        if isinstance(value, float) and not math.isfinite(value):
             raise ArgumentError(f"{key}={value}: must be a finite number")
-    for key, value in _int_fields(cfg):
-        if not INT_MIN <= value <= INT_MAX:
+        if type(value) is int and not INT_MIN <= value <= INT_MAX:
             raise ArgumentError(f"{key}={value}: must be in [{INT_MIN}, {INT_MAX}] (int32)")
     if cfg.data.dataset == "amazon2014" and not cfg.data.category:
         raise ArgumentError("--category: required with --dataset amazon2014, e.g. Beauty")
