@@ -86,7 +86,11 @@ _STATIC_SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_sharded_static_index_gives_the_replicated_beams():
-    out = run_on_forced_cpu_devices(_STATIC_SCRIPT, devices=8, timeout=900)
+    _passes_on_8_devices(_STATIC_SCRIPT, timeout=900)
+
+
+def _passes_on_8_devices(script: str, *, timeout: int) -> None:
+    out = run_on_forced_cpu_devices(script, devices=8, timeout=timeout)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("OK")
 
@@ -179,9 +183,7 @@ _LIVE_SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_sharded_live_index_gives_the_replicated_beams_through_updates():
-    out = run_on_forced_cpu_devices(_LIVE_SCRIPT, devices=8, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith("OK")
+    _passes_on_8_devices(_LIVE_SCRIPT, timeout=300)
 
 
 def test_shard_index_refuses_the_compact_layout():
