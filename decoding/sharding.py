@@ -11,9 +11,16 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, Int, PyTree
 
-from decoding.constraints import StaticConstraint
+from decoding.constraints import StaticConstraint, _edge_tokens, _row_range
 from decoding.live import Gather, LiveCapacity, LiveConstraint, LiveIndex
-from decoding.static_index import StaticIndex
+from decoding.static_index import (
+    _DELTA_DTYPES,
+    ROW_BLOCK,
+    StaticIndex,
+    _compact_rows,
+    _pack_tokens,
+    csr_arrays,
+)
 
 
 def data_mesh(devices: Sequence[jax.Device] | np.ndarray | None = None, axis: str = "data") -> Mesh:
@@ -82,12 +89,13 @@ def sharded_take(table: Array, idx: Int[Array, "..."], *, mesh: Mesh, axis: str)
 class ShardedStaticConstraint(StaticConstraint):
     """STATIC with the CSR split by rows over a mesh axis, each device holding its rows' edges.
 
-    `index.row_ptr` and `index.tokens` hold one equal-length block per device: block k has the
-    CSR rows bounds[k, 0] .. bounds[k, 1] - 1 (row pointers counted from its first edge,
-    bounds[k, 2]) and exactly those rows' edges, so a beam's whole lookup (bounds, then tokens)
-    runs on the device holding its row and one psum per level combines the [B, K, W + 2]
-    answers. Node and edge ids are the replicated index's (so both give the same beams); the
-    dense masks and their rank directory (V**d bits, ~1 MB at V = 2048, d = 2) are replicated.
+    `index.row_ptr`, `index.tokens` and `index.row_base` hold one equal-length block per device,
+    in the index's layout (csr or compact): block k has the CSR rows bounds[k, 0] .. bounds[k, 1]
+    - 1, with row pointers counted from its first edge, bounds[k, 2], and exactly those rows'
+    edges, so a beam's whole lookup (bounds, then tokens) runs on the device holding its row and
+    one psum per level combines the [B, K, W + 2] answers. Node and edge ids are the replicated
+    index's (so both give the same beams); the dense masks and their rank directory (V**d bits,
+    ~1 MB at V = 2048, d = 2) are replicated.
     """
 
     bounds: Any = None  # int32 [devices, 3]: first row, end row, first edge of each block
@@ -97,30 +105,32 @@ class ShardedStaticConstraint(StaticConstraint):
     def _children(self, s, width):
         W = width
 
-        def local(row_ptr, tokens, bounds, s):
+        def local(row_ptr, tokens, row_base, bounds, s):
             first, stop, edge0 = bounds[0, 0], bounds[0, 1], bounds[0, 2]
             mine = (s >= first) & (s < stop)
-            # Local row j has pointers j and j + 1; blocks are padded with empty rows.
+            # This block as an index of its own (local rows and edges from 0), in either layout;
+            # blocks are padded with empty rows, so local row j has pointers j and j + 1.
+            block = dataclasses.replace(
+                self.index, row_ptr=row_ptr, tokens=tokens, row_base=row_base
+            )
             j = jnp.clip(s - first, 0, row_ptr.shape[0] - 2)
-            start = jnp.take(row_ptr, j, mode="clip")
-            end = jnp.take(row_ptr, j + 1, mode="clip")
+            start, end = _row_range(block, j)
             edge = start[..., None] + _slots(W, start.ndim)
             # A row's edges are all in its block; slots past them read token 0 (never chosen).
-            tok = jnp.where(edge < end[..., None], jnp.take(tokens, edge, mode="clip"), 0)
-            out = jnp.concatenate(
-                [tok.astype(jnp.int32), (start + edge0)[..., None], (end + edge0)[..., None]], -1
-            )
+            tok = jnp.where(edge < end[..., None], _edge_tokens(block, edge), 0)
+            out = jnp.concatenate([tok, (start + edge0)[..., None], (end + edge0)[..., None]], -1)
             # One block owns row s: the sum is its answer.
             return jax.lax.psum(jnp.where(mine[..., None], out, 0), self.axis)
 
         spec = PartitionSpec(self.axis)
+        idx = self.index
         out = jax.shard_map(
             local,
             mesh=self.mesh,
-            in_specs=(spec, spec, spec, PartitionSpec()),
+            in_specs=(spec, spec, spec, spec, PartitionSpec()),
             out_specs=PartitionSpec(),
             axis_names=frozenset({self.axis}),
-        )(self.index.row_ptr, self.index.tokens, self.bounds, s)
+        )(idx.row_ptr, idx.tokens, idx.row_base, self.bounds, s)
         start, end = out[..., W], out[..., W + 1]
         edge = start[..., None] + _slots(W, start.ndim)
         return edge, edge < end[..., None], out[..., :W]
@@ -136,9 +146,9 @@ jax.tree_util.register_dataclass(
 )
 
 
-def _row_blocks(row_ptr: np.ndarray, n: int, token_bytes: int) -> np.ndarray:
+def _row_blocks(row_ptr: np.ndarray, n: int, row_bytes: float, token_bytes: float) -> np.ndarray:
     """Row boundaries [n + 1] of n contiguous blocks whose padded size (the most rows of any
-    block times 4 bytes plus the most edges times `token_bytes`) is about the least.
+    block times `row_bytes` plus the most edges times `token_bytes`) is about the least.
 
     Shallow rows have more edges than deep ones, so equal row counts would give unequal edge
     counts; a grid over the row cap, with the least edge cap that fits all rows, balances both.
@@ -162,7 +172,7 @@ def _row_blocks(row_ptr: np.ndarray, n: int, token_bytes: int) -> np.ndarray:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if greedy(int(row_cap), mid) is not None else (mid + 1, hi)
         b = greedy(int(row_cap), hi)
-        cost = 4 * np.diff(b).max() + token_bytes * np.diff(row_ptr[b]).max()
+        cost = row_bytes * np.diff(b).max() + token_bytes * np.diff(row_ptr[b]).max()
         if best_cost is None or cost < best_cost:
             best, best_cost = b, cost
     return best
@@ -170,42 +180,71 @@ def _row_blocks(row_ptr: np.ndarray, n: int, token_bytes: int) -> np.ndarray:
 
 def shard_index(index: StaticIndex, mesh: Mesh, axis: str = "index") -> ShardedStaticConstraint:
     """The STATIC constraint over `index` with its CSR split into one row block per device of
-    `axis` (see `ShardedStaticConstraint`); the blocks are padded to one length with empty rows
-    and unused edges."""
-    if index.layout != "csr":
-        raise ValueError(
-            f"shard_index: splits an index of the csr layout, not {index.layout!r}; build it "
-            "with StaticIndex.build(..., layout='csr')"
-        )
+    `axis` (see `ShardedStaticConstraint`), each block stored in the index's layout; the blocks
+    are padded to one length with empty rows and unused edges."""
     n = mesh.shape[axis]
-    row_ptr, tokens = np.asarray(index.row_ptr), np.asarray(index.tokens)
-    b = _row_blocks(row_ptr, n, tokens.itemsize)
+    row_ptr, tokens = csr_arrays(index)
+    compact = index.layout == "compact"
+    if compact:  # an offset of 1-2 bytes and a 4-byte base per 32 rows; packed tokens
+        cost = (index.capacity.delta_bits / 8 + 4 / ROW_BLOCK, index.token_bits / 8)
+    else:
+        cost = (4.0, float(np.asarray(index.tokens).itemsize))
+    b = _row_blocks(row_ptr, n, *cost)
     R = int(np.diff(b).max())
     E = max(int(np.diff(row_ptr[b]).max()), 1)
 
-    def ptr_block(k: int) -> np.ndarray:
+    def local_ptr(k: int) -> np.ndarray:
         local = row_ptr[b[k] : b[k + 1] + 1] - row_ptr[b[k]]
-        out = np.full(R + 1, local[-1], np.int32)  # padding rows: no edges
+        out = np.full(R + 1, local[-1], np.int64)  # padding rows: no edges
         out[: len(local)] = local
         return out
 
-    def tok_block(k: int) -> np.ndarray:
+    def local_tokens(k: int) -> np.ndarray:
         out = np.zeros(E, tokens.dtype)
         out[: row_ptr[b[k + 1]] - row_ptr[b[k]]] = tokens[row_ptr[b[k]] : row_ptr[b[k + 1]]]
         return out
 
-    rows, whole = NamedSharding(mesh, PartitionSpec(axis)), NamedSharding(mesh, PartitionSpec())
+    capacity = index.capacity
+    if compact:
+        # Each block is packed anew from its own first row and edge; its offsets take the
+        # widest width any block needs.
+        bits = max(_compact_rows(local_ptr(k))[2] for k in range(n))
+        capacity = dataclasses.replace(capacity, delta_bits=bits)
+        dtype = _DELTA_DTYPES[bits]
 
-    def split(block, size: int):
-        # Block by block onto its device: no host copy of the whole split arrays at once.
-        return jax.make_array_from_callback(
-            (n * size,), rows, lambda where: block((where[0].start or 0) // size)
-        )
+        def blocks(k: int) -> tuple[np.ndarray, ...]:
+            base, delta, _ = _compact_rows(local_ptr(k))
+            packed = _pack_tokens(local_tokens(k), index.token_bits)
+            return delta.astype(dtype), packed, base.astype(np.int32)
+
+    else:
+
+        def blocks(k: int) -> tuple[np.ndarray, ...]:
+            return local_ptr(k).astype(np.int32), local_tokens(k), np.zeros(1, np.int32)
+
+    rows, whole = NamedSharding(mesh, PartitionSpec(axis)), NamedSharding(mesh, PartitionSpec())
+    # Block by block onto its device: no host copy of the whole split arrays at once.
+    sizes = [len(x) for x in blocks(0)]
+    where = rows.addressable_devices_indices_map((n * sizes[0],))
+    parts: list[list[jax.Array]] = [[], [], []]
+    devices = []
+    for device, (sl,) in where.items():
+        for i, x in enumerate(blocks((sl.start or 0) // sizes[0])):
+            parts[i].append(jax.device_put(x, device))
+        devices.append(device)
+
+    def split(i: int) -> jax.Array:
+        return jax.make_array_from_single_device_arrays((n * sizes[i],), rows, parts[i])
 
     bounds = np.stack([b[:-1], b[1:], row_ptr[b[:-1]]], axis=1).astype(np.int32)
-    rest = dataclasses.replace(index, row_ptr=np.zeros(0, np.int32), tokens=np.zeros(0, np.int32))
+    empty = np.zeros(0, np.int32)
+    rest = dataclasses.replace(index, row_ptr=empty, tokens=empty, row_base=empty)
     placed = dataclasses.replace(
-        jax.device_put(rest, whole), row_ptr=split(ptr_block, R + 1), tokens=split(tok_block, E)
+        jax.device_put(rest, whole),
+        row_ptr=split(0),
+        tokens=split(1),
+        row_base=split(2),
+        capacity=capacity,
     )
     return ShardedStaticConstraint(placed, jax.device_put(bounds, rows), mesh, axis)
 

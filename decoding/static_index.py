@@ -444,6 +444,19 @@ def _compact_rows(row_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     return base, delta, _delta_bits(int(delta.max()))
 
 
+def csr_arrays(index: StaticIndex) -> tuple[np.ndarray, np.ndarray]:
+    """The index's CSR as plain host arrays in either layout: int64 row pointers [nodes + 1] and
+    one token per edge [edges] (what the csr layout stores, widened)."""
+    row_ptr, tokens = np.asarray(index.row_ptr), np.asarray(index.tokens)
+    if index.layout == "csr":
+        return row_ptr.astype(np.int64), tokens
+    base = np.asarray(index.row_base).astype(np.int64)
+    rows = np.arange(len(row_ptr)) // ROW_BLOCK
+    return base[rows] + row_ptr.astype(np.int64), _unpack_tokens(
+        tokens, index.token_bits, index.capacity.edges
+    )
+
+
 def _pack_tokens(tokens: np.ndarray, bits: int) -> np.ndarray:
     """Tokens at `bits` bits each, little-endian, into uint32 words; 32 tokens fill `bits` words.
 
@@ -466,3 +479,17 @@ def _pack_tokens(tokens: np.ndarray, bits: int) -> np.ndarray:
             if shift + bits > 32:
                 dst[:, w + 1] |= chunk[:, r] >> np.uint32(32 - shift)
     return out
+
+
+def _unpack_tokens(words: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """The first `count` tokens that `_pack_tokens(tokens, bits)` packed into `words` (int32)."""
+    blocks = words[:-1].reshape(-1, bits).astype(np.uint64)
+    out = np.empty((len(blocks), ROW_BLOCK), np.int32)
+    mask = np.uint64((1 << bits) - 1)
+    for r in range(ROW_BLOCK):
+        w, shift = divmod(r * bits, 32)
+        v = blocks[:, w] >> np.uint64(shift)
+        if shift + bits > 32:
+            v |= blocks[:, w + 1] << np.uint64(32 - shift)
+        out[:, r] = (v & mask).astype(np.int32)
+    return out.reshape(-1)[:count]

@@ -23,13 +23,15 @@ METHODS = (
     "static",
     "static_compact",
     "static_sharded",
+    "static_sharded_compact",
     "static_stored_next",
     "cpu_trie",
     "ppv_exact",
     "ppv_approx",
     "hash_bitmap",
 )
-SHARDED_METHODS = ("static", "static_sharded")  # --devices without --methods
+SHARDED_METHODS = ("static", "static_sharded", "static_sharded_compact")  # --devices alone
+_SPLIT = ("static_sharded", "static_sharded_compact")  # placed by shard_index
 _ROWS = 64  # log-prob table rows: the step's log-probs depend on the previous code
 
 
@@ -79,10 +81,11 @@ def random_sids(num_items: int, levels: int, vocab: int, seed: int) -> np.ndarra
 def build(method: str, sids: np.ndarray, cfg: BenchConfig, mesh=None) -> Constraint:
     """The constraint of one method over `sids` (static_sharded: split over `mesh`'s axis)."""
     V = cfg.vocab
-    if method == "static_sharded":
+    if method in ("static_sharded", "static_sharded_compact"):
         if mesh is None:
-            raise ValueError("static_sharded needs --devices N (a mesh to split the index over)")
-        idx = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.dense_levels)
+            raise ValueError(f"{method} needs --devices N (a mesh to split the index over)")
+        layout = "compact" if method == "static_sharded_compact" else "csr"
+        idx = StaticIndex.build(sids, vocab_size=V, dense_levels=cfg.dense_levels, layout=layout)
         return shard_index(idx, mesh, mesh.axis_names[0])
     if method in ("static", "static_compact", "static_stored_next"):
         layout = "compact" if method == "static_compact" else "csr"
@@ -235,7 +238,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
         t0 = time.perf_counter()
         c = build(method, sids, cfg, mesh)
         build_s = time.perf_counter() - t0
-        c = place(c) if method not in ("cpu_trie", "static_sharded") else c
+        c = place(c) if method not in ("cpu_trie", *_SPLIT) else c
         nbytes = index_nbytes(c)
         per_device = device_nbytes(c) if method != "cpu_trie" else {}
         carry = prefix(table, init, c)

@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--devices",
         type=int,
         default=0,
-        help="run on a mesh of N devices, the index replicated or split (static_sharded); "
+        help="run on a mesh of N devices, the index replicated or split (static_sharded, "
+        "static_sharded_compact); "
         f"methods default to {','.join(SHARDED_METHODS)}",
     )
     parser.add_argument("--out", type=common.path_arg, default=None, help="write the JSON here too")
@@ -45,11 +46,17 @@ def _words(args: argparse.Namespace, methods: tuple[str, ...]) -> float:
     """int32 words per (item, level) at the run's peak (see `check_fits`)."""
     if args.build_only:
         return WORDS_BUILD
-    if not set(methods) <= {"static", "static_sharded"}:
+    if not set(methods) <= {"static", "static_sharded", "static_sharded_compact"}:
         return WORDS_SEARCH
     # STATIC alone: the build's peak, or after it the SIDs (one word) beside the index's copies
-    # (about 1.25 words each): the host one, one per device where replicated, one split.
-    copies = 1 + ("static" in methods) * max(args.devices, 1) + ("static_sharded" in methods)
+    # (about 1.25 words each, the compact one half that): the host one, one per device where
+    # replicated, one split.
+    copies = (
+        1
+        + ("static" in methods) * max(args.devices, 1)
+        + ("static_sharded" in methods)
+        + 0.5 * ("static_sharded_compact" in methods)
+    )
     return max(WORDS_BUILD, 1 + 1.25 * copies)
 
 

@@ -1,5 +1,5 @@
 """Beam search on forced host CPU devices: the batch sharded (2 devices) equals 1 device, and the
-STATIC and live indexes split over 8 devices give the replicated index's beams."""
+STATIC (either layout) and live indexes split over 8 devices give the replicated index's beams."""
 
 import textwrap
 
@@ -62,22 +62,25 @@ _STATIC_SCRIPT = textwrap.dedent(
         # Catalogs under K items leave beams invalid (score -inf), larger ones fill all K.
         sids = rng.integers(0, V, (n, L))
         lp = random_log_probs(rng, B, L, V)
-        idx = StaticIndex.build(sids, vocab_size=V, dense_levels=trial % 3)
-        sharded = shard_index(idx, mesh)
-        assert len(sharded.index.tokens.sharding.device_set) == 8
-        for unroll in (True, False):
-            search = jitted_search(K, L, unroll)
-            rep = search(lp[:, 0], {"lp": lp}, replicate(StaticConstraint(idx), mesh))
-            got = search(lp[:, 0], {"lp": lp}, sharded)
-            for f in ("tokens", "valid", "scores"):
-                a, b = np.asarray(getattr(rep, f)), np.asarray(getattr(got, f))
-                np.testing.assert_array_equal(b, a, err_msg=f"{f}, trial {trial}")
-            invalid += int((~np.asarray(rep.valid)).sum())
-        csr = idx.row_ptr.nbytes + idx.tokens.nbytes
-        per_device = max(device_nbytes(sharded).values())
-        # An eighth of the CSR, give or take a quarter and the rows one block must hold whole.
-        bound = idx.nbytes()["total"] - csr + 1.25 * csr / 8 + 6 * V + 64
-        assert per_device <= bound, (per_device, bound, csr)
+        for layout in ("csr", "compact"):
+            idx = StaticIndex.build(sids, vocab_size=V, dense_levels=trial % 3, layout=layout)
+            sharded = shard_index(idx, mesh)
+            assert sharded.index.layout == layout
+            assert len(sharded.index.tokens.sharding.device_set) == 8
+            for unroll in (True, False):
+                search = jitted_search(K, L, unroll)
+                rep = search(lp[:, 0], {"lp": lp}, replicate(StaticConstraint(idx), mesh))
+                got = search(lp[:, 0], {"lp": lp}, sharded)
+                for f in ("tokens", "valid", "scores"):
+                    a, b = np.asarray(getattr(rep, f)), np.asarray(getattr(got, f))
+                    np.testing.assert_array_equal(b, a, err_msg=f"{f}, trial {trial}, {layout}")
+                invalid += int((~np.asarray(rep.valid)).sum())
+            csr = idx.row_ptr.nbytes + idx.tokens.nbytes + idx.row_base.nbytes
+            per_device = max(device_nbytes(sharded).values())
+            # An eighth of the CSR, give or take a quarter and the rows one block must hold
+            # whole (and, compact, a partly filled word block and base per device).
+            bound = idx.nbytes()["total"] - csr + 1.25 * csr / 8 + 6 * V + 64
+            assert per_device <= bound, (per_device, bound, csr, layout)
     assert invalid > 0, "no trial had invalid beams"
     print("OK", invalid)
     """
@@ -186,14 +189,24 @@ def test_sharded_live_index_gives_the_replicated_beams_through_updates():
     _passes_on_8_devices(_LIVE_SCRIPT, timeout=300)
 
 
-def test_shard_index_refuses_the_compact_layout():
+def test_shard_index_of_one_device_keeps_the_layout_and_the_beams():
     import jax
     import numpy as np
 
-    from decoding import StaticIndex
+    from decoding import StaticConstraint, StaticIndex
     from decoding.sharding import shard_index
+    from tests.decoding.helpers import jitted_search, random_log_probs
 
-    sids = np.random.default_rng(0).integers(0, 16, (50, 3))
-    index = StaticIndex.build(sids, vocab_size=16, layout="compact")
-    with pytest.raises(ValueError, match="csr layout"):
-        shard_index(index, jax.make_mesh((1,), ("index",)), "index")
+    rng = np.random.default_rng(0)
+    sids = rng.integers(0, 40, (300, 4))
+    lp = random_log_probs(rng, 2, 4, 40)
+    search = jitted_search(5, 4, True)
+    mesh = jax.make_mesh((1,), ("index",), axis_types=(jax.sharding.AxisType.Auto,))
+    for layout in ("csr", "compact"):
+        index = StaticIndex.build(sids, vocab_size=40, dense_levels=1, layout=layout)
+        sharded = shard_index(index, mesh, "index")
+        assert sharded.index.layout == layout
+        want = search(lp[:, 0], {"lp": lp}, StaticConstraint(index))
+        got = search(lp[:, 0], {"lp": lp}, sharded)
+        for f in ("tokens", "valid", "scores"):
+            np.testing.assert_array_equal(np.asarray(getattr(got, f)), np.asarray(getattr(want, f)))

@@ -80,14 +80,16 @@ def test_devices_times_the_split_index_beside_the_replicated_one(tmp_path):
     done = run_on_forced_cpu_devices(script, devices=8, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     methods = json.loads(out.read_text())["methods"]
-    assert list(methods) == ["static", "static_sharded"]
-    rep, split = methods["static"], methods["static_sharded"]
-    for m in (rep, split):
+    assert list(methods) == ["static", "static_sharded", "static_sharded_compact"]
+    rep, split, packed = (methods[m] for m in methods)
+    for m in (rep, split, packed):
         assert m["beams_equal"] == 1 and m["bytes_per_item"] > 0
         assert 0 < m["step"]["median_ms"] and 0 < m["step_interleaved"]["median_ms"]
+        assert m["beams_sha1"] == rep["beams_sha1"]
     assert rep["bytes_per_device"] == rep["index_bytes"]  # replicated: all of it on each
     assert split["bytes_per_device"] < rep["bytes_per_device"] / 2
-    assert split["beams_sha1"] == rep["beams_sha1"] and rep["step_vs_static"] == 1.0
+    assert packed["index_bytes"] < split["index_bytes"]
+    assert rep["step_vs_static"] == 1.0
 
 
 def test_more_devices_than_jax_sees_is_a_one_line_error(capsys):
