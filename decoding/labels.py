@@ -279,11 +279,35 @@ class LabelConstraint(Constraint):
 
     def allowed_bitmask(self, state: LabelState) -> UInt32[Array, "B K W"]:
         """Allowed next tokens packed 32 to a word: token t is bit t % 32 of word t // 32,
-        W = ceil(V / 32) (the layout of llguidance's and xgrammar's token bitmasks)."""
-        return self.by_width(state, lambda w: self._bitmask(state, w))
+        W = ceil(V / 32) (the layout of llguidance's and xgrammar's token bitmasks).
 
-    def _bitmask(self, state: LabelState, width: int) -> UInt32[Array, "B K W"]:
-        s = self.slots(state, width=width)
+        Rows at wide nodes are few and their children fewer than rows x width: when some row
+        sits at a node wider than the narrow width and all rows' children fit an eighth of that
+        padded work, they are checked in one ragged list instead (`_flat_children`)."""
+        idx = self.index
+        narrow, width = idx.capacity.narrow_width, idx.capacity.width
+        B, K = state.node.shape
+        cap = B * K * width // 8
+        if narrow >= width or cap <= B * K * narrow:
+            return self.by_width(state, lambda w: self._bitmask(state, w))
+        n = jnp.clip(state.node, 0, idx.capacity.nodes - 1)
+        branch = jnp.take(idx.row_ptr, n + 1) - jnp.take(idx.row_ptr, n)
+        live = ~state.done & (state.sep_pos == 0) & (state.node > 0)
+        total = jnp.where(live, branch, 0).sum()
+        which = jnp.where(jnp.any(live & (branch > narrow)), jnp.where(total <= cap, 1, 2), 0)
+
+        def flat():
+            words = self._bitmask(state, 0, children=False)
+            return words | self._flat_children(state, cap)
+
+        return jax.lax.switch(
+            which, [lambda: self._bitmask(state, narrow), flat, lambda: self._bitmask(state, width)]
+        )
+
+    def _bitmask(
+        self, state: LabelState, width: int, *, children: bool = True
+    ) -> UInt32[Array, "B K W"]:
+        s = self.slots(state, width=width, children=children)
         B, K = state.node.shape
         W = -(-self.vocab_size // 32)
         # A row's valid slots carry distinct tokens, none of them a root token (a root row has
@@ -294,6 +318,53 @@ class LabelConstraint(Constraint):
         b = jnp.arange(B)[:, None, None]
         k = jnp.arange(K)[None, :, None]
         return self._root_words(state).at[b, k, word].add(bit, mode="drop")
+
+    def _flat_children(self, state: LabelState, cap: int) -> UInt32[Array, "B K W"]:
+        """The allowed children of every row below the root, as packed words, checked in one
+        ragged list of `cap` slots (row after row, each row's children in edge order); the
+        rows' children must number at most `cap` (`allowed_bitmask` checks)."""
+        idx = self.index
+        B, K = state.node.shape
+        R, V = B * K, self.vocab_size
+        Wd = -(-V // 32)
+        live = (~state.done & (state.sep_pos == 0) & (state.node > 0)).reshape(R)
+        n = jnp.clip(state.node.reshape(R), 0, idx.capacity.nodes - 1)
+        start = jnp.take(idx.row_ptr, n)
+        count = jnp.where(live, jnp.take(idx.row_ptr, n + 1) - start, 0)
+        first = jnp.cumsum(count) - count  # each row's first slot
+        # Slot f belongs to the last row starting at or before it: mark each non-empty row's
+        # first slot with its row number, then carry the marks forward with a running maximum.
+        mark = (
+            jnp.full(cap, -1, jnp.int32)
+            .at[jnp.where(count > 0, first, cap)]
+            .max(jnp.arange(R, dtype=jnp.int32), mode="drop")
+        )
+        row = jnp.maximum(jax.lax.cummax(mark), 0)
+        f = jnp.arange(cap, dtype=jnp.int32)
+        j = f - jnp.take(first, row)  # child number within the row
+        valid = f < count.sum()
+        edge = jnp.take(start, row) + j
+        lo = jnp.take(idx.lo, edge + 1, mode="clip")
+        # Siblings' ranges tile the parent's (see `_children_free`): a child ends where the next
+        # slot's starts, the last where its parent ends.
+        more = j + 1 < jnp.take(count, row)
+        end = jnp.take(jnp.take(idx.hi, n), row)
+        hi = jnp.where(more, jnp.concatenate([lo[1:], lo[-1:]]), end)
+        if self.subset is None:
+            free = hi - lo
+        else:
+            w, r = self.subset.words, self.subset.rank
+            base = (row // K) * w.shape[1]
+            at_lo = _count_flat(w, r, base, lo)
+            at_next = jnp.concatenate([at_lo[1:], at_lo[-1:]])
+            free = jnp.where(more, at_next, _count_flat(w, r, base, end)) - at_lo
+        e = jnp.take(state.emitted.reshape(R, -1), row, axis=0)  # [cap, M]
+        free -= ((e >= lo[:, None]) & (e < hi[:, None])).sum(-1)
+        tok = jnp.take(idx.tokens, edge, mode="clip").astype(jnp.int32)
+        word = jnp.where(valid & (free > 0), row * Wd + (tok >> 5), R * Wd)
+        bit = jnp.uint32(1) << (tok & 31).astype(jnp.uint32)
+        out = jnp.zeros(R * Wd, jnp.uint32).at[word].add(bit, mode="drop")
+        return out.reshape(B, K, Wd)
 
     def _root_words(self, state: LabelState) -> UInt32[Array, "B K W"]:
         """`_root_valid` packed, without a [B, K, V] tensor: the per-token counts are packed
@@ -406,9 +477,7 @@ class LabelConstraint(Constraint):
         child = edge + 1
         ok_c = (live & (node > 0))[..., None] & (edge < stop[..., None])
         if self._checks_ranges and children:
-            lo = jnp.take(idx.lo, child, mode="clip")
-            hi = jnp.take(idx.hi, child, mode="clip")
-            ok_c &= self._free(state, lo, hi) > 0
+            ok_c &= self._children_free(state, n, child, edge + 1 < stop[..., None]) > 0
         # EOS (and the separator) where this node ends a label that is still available.
         own = jnp.take(idx.lo, n)
         ends = live & jnp.take(idx.end, n) & self._label_free(state, own)
@@ -479,6 +548,33 @@ class LabelConstraint(Constraint):
                 hi.shape
             )
         # Emitted labels are allowed ones (they were available when chosen), so subtract them.
+        e = state.emitted[..., None, :]
+        inside = (e >= lo[..., None]) & (e < hi[..., None])
+        return free - inside.sum(axis=-1)
+
+    def _children_free(
+        self,
+        state: LabelState,
+        n: Int[Array, "B K"],
+        child: Int[Array, "B K C"],
+        more: Bool[Array, "B K C"],
+    ) -> Int[Array, "B K C"]:
+        """`_free` of the children `child` of nodes n (consecutive nodes, `more` where a next
+        sibling follows). Siblings' label ranges tile their parent's, the last ending at the
+        parent's end, so each child's end is its next sibling's start: one count per child
+        instead of two (a child past the node's last gets a meaningless number)."""
+        idx = self.index
+        lo = jnp.take(idx.lo, child, mode="clip")
+        end = jnp.take(idx.hi, n)[..., None]  # the last child's end
+        hi = jnp.where(more, jnp.concatenate([lo[..., 1:], end], -1), end)
+        if self.subset is None:
+            free = hi - lo
+        else:
+            w, r = self.subset.words, self.subset.rank
+            B = w.shape[0]
+            at_lo = _count(w, r, lo.reshape(B, -1)).reshape(lo.shape)
+            at_end = _count(w, r, end.reshape(B, -1)).reshape(end.shape)
+            free = jnp.where(more, jnp.concatenate([at_lo[..., 1:], at_end], -1), at_end) - at_lo
         e = state.emitted[..., None, :]
         inside = (e >= lo[..., None]) & (e < hi[..., None])
         return free - inside.sum(axis=-1)
@@ -567,6 +663,15 @@ def _count(words: Array, rank: Array, i: Int[Array, "B X"]) -> Int[Array, "B X"]
     w = jnp.take_along_axis(words, i >> 5, axis=1, mode="clip")
     below = w & ((jnp.uint32(1) << (i & 31).astype(jnp.uint32)) - jnp.uint32(1))
     r = jnp.take_along_axis(rank, i >> 5, axis=1, mode="clip")
+    return r + jax.lax.population_count(below).astype(jnp.int32)
+
+
+def _count_flat(words: Array, rank: Array, base: Int[Array, " F"], i: Int[Array, " F"]) -> Array:
+    """`_count` for a flat list: position i of the bitset row starting at word `base`."""
+    at = base + (i >> 5)
+    w = jnp.take(words.reshape(-1), at, mode="clip")
+    below = w & ((jnp.uint32(1) << (i & 31).astype(jnp.uint32)) - jnp.uint32(1))
+    r = jnp.take(rank.reshape(-1), at, mode="clip")
     return r + jax.lax.population_count(below).astype(jnp.int32)
 
 

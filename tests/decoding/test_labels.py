@@ -227,3 +227,58 @@ def test_bitmask_equals_brute_force_and_dense_mask(max_labels, subsets):
                 prefix.append(t)
         state = _advance_tokens(c, state, jnp.asarray(tokens))
     assert all(done for *_, done in rows), "every row reached EOS within max_steps"
+
+
+@pytest.mark.parametrize("max_labels, subsets", [(1, True), (3, True), (1, False)])
+def test_bitmask_of_wide_nodes_in_a_ragged_list_equals_the_dense_mask(max_labels, subsets):
+    # One prefix with 300 children among nodes with few: width 512, narrow 16, so the bitmask
+    # checks rows at the wide node in a ragged list (`_flat_children`) when their children fit
+    # an eighth of rows x width, and with the padded width when they do not.
+    rng = np.random.default_rng(max_labels + 10 * subsets)
+    V2, sep = 700, (1, 2)
+    wide = [(5, 10 + t) for t in range(300)]
+    narrow = {tuple(rng.integers(320, 340, rng.integers(1, 4)).tolist()) for _ in range(200)}
+    labels = sorted(set(wide) | narrow | {(5,)})
+    idx = LabelIndex.build(labels, vocab_size=V2)
+    assert (idx.capacity.narrow_width, idx.capacity.width) == (16, 512)
+    c = LabelConstraint.build(
+        idx, eos_id=EOS, separator=sep if max_labels > 1 else (), max_labels=max_labels
+    )
+    B2, K2 = 2, 3
+    allowed = rng.random((B2, len(labels))) < (0.6 if subsets else 1.1)
+    allowed[:, labels.index((5,))] = True
+    if subsets:
+        c = _restrict(c, subset_words(idx, allowed))
+    state = jax.tree.map(
+        lambda x: jnp.broadcast_to(x[:, None], (B2, K2, *x.shape[1:])), c.init_state(B2)
+    )
+    rows = [[[], [], 0, False] for _ in range(B2 * K2)]
+    bitmask = jax.jit(LabelConstraint.allowed_bitmask)
+    flat = jax.jit(
+        lambda c, s: c._bitmask(s, 0, children=False) | c._flat_children(s, B2 * K2 * 512)
+    )
+    seen_wide = 0
+    for _ in range(c.max_steps):
+        dense = np.asarray(_allowed_tokens(c, state))
+        for words in (bitmask(c, state), flat(c, state)):
+            got = np.unpackbits(np.asarray(words).view(np.uint8), axis=-1, bitorder="little")
+            np.testing.assert_array_equal(got[..., :V2] > 0, dense)
+        tokens = np.zeros((B2, K2), np.int32)
+        for r, (emitted, prefix, sep_pos, done) in enumerate(rows):
+            want = _grammar_next(labels, allowed[r // K2], max_labels, sep, *rows[r])
+            assert set(np.flatnonzero(dense.reshape(B2 * K2, V2)[r]).tolist()) == want, r
+            # Walk into the wide prefix often.
+            t = 5 if 5 in want and rng.random() < 0.7 else int(rng.choice(sorted(want)))
+            tokens.flat[r] = t
+            if done:
+                continue
+            if sep_pos:
+                rows[r][2] = (sep_pos + 1) % len(sep)
+            elif t == EOS or (t == sep[0] and max_labels > 1):
+                emitted.append(labels.index(tuple(prefix)))
+                rows[r][1], rows[r][2], rows[r][3] = [], int(t != EOS), t == EOS
+            else:
+                prefix.append(t)
+            seen_wide += prefix == [5]
+        state = _advance_tokens(c, state, jnp.asarray(tokens))
+    assert seen_wide, "no row reached the wide node"
