@@ -40,7 +40,8 @@ class LabelLogitsProcessor:
     `allowed`: bool [B, num_labels], per-prompt label subsets, each row holding a label (rows are
     prompt-major, as `generate` expands prompts into beams or samples). `labels()` returns the
     caller's label indices each row has emitted. `device`: where the index tensors live (that of
-    the scores).
+    the scores). `inplace=True` masks the scores tensor it is given instead of a copy (no new
+    [R, V] tensor per step; `generate(output_logits=True)` then returns masked logits too).
     """
 
     def __init__(
@@ -52,6 +53,7 @@ class LabelLogitsProcessor:
         max_labels: int | None = 1,
         allowed: Bool[np.ndarray, "B N"] | None = None,
         device: Any = None,
+        inplace: bool = False,
     ):
         torch = self._t = _torch()
         self.device = torch.device("cpu") if device is None else torch.device(device)
@@ -60,6 +62,7 @@ class LabelLogitsProcessor:
         )
         self.eos, self.sep, self.max_labels = spec.eos_id, spec.separator, spec.max_labels
         self.vocab_size = index.vocab_size
+        self.inplace = bool(inplace)
 
         def t(x, dtype=torch.int64):
             return torch.as_tensor(np.asarray(x), device=self.device).to(dtype)
@@ -297,31 +300,36 @@ class LabelLogitsProcessor:
             # The first step: one masked_fill, the per-prompt mask broadcast over its rows
             # (rows are prompt-major), so no [R, V] mask is built.
             rows, batch = s["at_root"].nonzero()[:, 0], s["batch"]
+            out = scores if self.inplace else scores.clone()
             if batch is None:
-                out = scores.masked_fill(closed, -torch.inf)
+                out.masked_fill_(closed, -torch.inf)
             else:
                 B = closed.shape[0]
-                out = scores.view(B, R // B, V).masked_fill(closed[:, None], -torch.inf)
-                out = out.view(R, V)
+                out.view(B, R // B, V).masked_fill_(closed[:, None], -torch.inf)
             if self._checks:
                 r, tok = self._root_closed(state, rows, batch)
                 out[rows[r], tok] = -torch.inf
             return out
         # Start from -inf and copy the allowed scores: a few per row, all V only at the root.
-        out = torch.full_like(scores, -torch.inf)
+        # In place, the few are read out before the fill.
+        keep = []
         if bool(s["at_root"].any()):
             rows = s["at_root"].nonzero()[:, 0]
             shut = closed if s["batch"] is None else closed[s["batch"][rows]]
-            out[rows] = scores[rows].masked_fill_(shut, -torch.inf)
+            root = scores[rows].masked_fill_(shut, -torch.inf)
             if self._checks:
                 r, tok = self._root_closed(state, rows, s["batch"])
-                out[rows[r], tok] = -torch.inf
+                root[r, tok] = -torch.inf
+            keep.append((rows, slice(None), root))
         r, tok = s["rows"], self.tokens[s["edge"]]
-        out[r, tok] = scores[r, tok]
+        keep.append((r, tok, scores[r, tok]))
         r = (s["opens"] | s["inside"]).nonzero()[:, 0]
-        out[r, s["sep_tok"][r]] = scores[r, s["sep_tok"][r]]
+        keep.append((r, s["sep_tok"][r], scores[r, s["sep_tok"][r]]))
         r = (s["ends"] | state["done"]).nonzero()[:, 0]
-        out[r, self.eos] = scores[r, self.eos]
+        keep.append((r, self.eos, scores[r, self.eos]))
+        out = scores.fill_(-torch.inf) if self.inplace else torch.full_like(scores, -torch.inf)
+        for r, tok, values in keep:
+            out[r, tok] = values
         return out
 
     def _total(self, batch, R: int):

@@ -36,6 +36,7 @@ METHODS = (
     "python_trie",
     "prefix_fn",
     "torch_processor",
+    "torch_processor_inplace",
     "jax_mask",
     "jax_mask_donated",
     "jax_beam_step",
@@ -350,12 +351,36 @@ def _run_case(cfg, case, index, engines, prompt, scores, scores_jax, progress) -
     }
 
 
-def _methods(cfg, case, index, c, ids, scores, scores_jax) -> dict[str, tuple]:
-    """Per method (fn(step, arg), setup(step) or None, None): that step's masked scores."""
+def _torch_method(case, index, ids, scores, T: int, *, inplace: bool) -> tuple:
+    """The transformers processor's step (in place: on a fresh copy of the scores, untimed, as
+    the donated JAX mask gets)."""
     import torch
 
     from decoding.hf import LabelLogitsProcessor
 
+    tp = LabelLogitsProcessor(
+        index,
+        eos_token_id=EOS,
+        separator=case.separator,
+        max_labels=case.max_labels,
+        allowed=case.allowed,
+        inplace=inplace,
+    )
+    snaps = []  # the processor's memory after step t-1, restored before each timed call
+    for t in range(T):
+        snaps.append((tp._ids, tp._layers, tp._back, tp._start))
+        tp(ids[t], scores.clone())
+
+    def torch_step(t, x):
+        tp._ids, tp._layers, tp._back, tp._start = snaps[t]
+        with torch.inference_mode():
+            return tp(ids[t], scores if x is None else x)
+
+    return torch_step, (lambda t: scores.clone()) if inplace else None, None
+
+
+def _methods(cfg, case, index, c, ids, scores, scores_jax) -> dict[str, tuple]:
+    """Per method (fn(step, arg), setup(step) or None, None): that step's masked scores."""
     B, K, T, gen = cfg.batch, cfg.beam, len(ids), case.gen
     fns: dict[str, tuple] = {}
     if "python_trie" in cfg.methods:
@@ -371,25 +396,9 @@ def _methods(cfg, case, index, c, ids, scores, scores_jax) -> dict[str, tuple]:
     if "prefix_fn" in cfg.methods and case.mode == "single":
         pfn = prefix_fn_processor(case.labels, EOS, cfg.prompt_len, K)
         fns["prefix_fn"] = (lambda t, _: pfn(ids[t], scores), None, None)
-    if "torch_processor" in cfg.methods:
-        tp = LabelLogitsProcessor(
-            index,
-            eos_token_id=EOS,
-            separator=case.separator,
-            max_labels=case.max_labels,
-            allowed=case.allowed,
-        )
-        snaps = []  # the processor's memory after step t-1, restored before each timed call
-        for t in range(T):
-            snaps.append((tp._ids, tp._layers, tp._back, tp._start))
-            tp(ids[t], scores)
-
-        def torch_step(t, _):
-            tp._ids, tp._layers, tp._back, tp._start = snaps[t]
-            with torch.inference_mode():
-                return tp(ids[t], scores)
-
-        fns["torch_processor"] = (torch_step, None, None)
+    for name in ("torch_processor", "torch_processor_inplace"):
+        if name in cfg.methods:
+            fns[name] = _torch_method(case, index, ids, scores, T, inplace=name.endswith("inplace"))
     if {"jax_mask", "jax_mask_donated", "jax_beam_step"} & set(cfg.methods):
         state0 = jax.tree.map(
             lambda x: jnp.broadcast_to(x[:, None], (B, K, *x.shape[1:])), c.init_state(B)

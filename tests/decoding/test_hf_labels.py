@@ -90,6 +90,42 @@ def test_torch_masks_equal_jax_masks_under_beam_reordering(max_labels, subsets):
     _random_walk_agrees(LABELS, max_labels, subsets, seed=max_labels or 0)
 
 
+@pytest.mark.parametrize("max_labels, subsets", [(1, False), (1, True), (3, True)])
+def test_inplace_processor_masks_the_given_scores_as_the_copying_one_does(max_labels, subsets):
+    rng = np.random.default_rng(7)
+    c, copying = _constraints(LABELS, max_labels, subsets, rng)
+    inplace = LabelLogitsProcessor(
+        c.index,
+        eos_token_id=EOS,
+        separator=c.separator,
+        max_labels=c.max_labels,
+        allowed=None if copying.allowed is None else _allowed_of(copying, c),
+        inplace=True,
+    )
+    state = _jax_init(c)
+    ids = torch.as_tensor(rng.integers(1, V, (B, 1, P))).repeat(1, K, 1).reshape(B * K, P)
+    while not np.asarray(state.done).all():
+        scores = torch.as_tensor(rng.normal(size=(B * K, V)).astype(np.float32))
+        want = copying(ids, scores.clone())
+        got = inplace(ids, scores)
+        assert got.data_ptr() == scores.data_ptr(), "the in-place processor copied the scores"
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        mask = np.asarray(_allowed_tokens(c, state)).reshape(B * K, V)
+        np.testing.assert_array_equal(np.isfinite(got.numpy()), mask)
+        tok = np.array([rng.choice(np.flatnonzero(m)) for m in mask]).reshape(B, K)
+        state = _advance_tokens(c, state, jnp.asarray(tok, jnp.int32))
+        ids = torch.cat([ids, torch.as_tensor(tok.reshape(-1, 1))], 1)
+
+
+def _allowed_of(proc, c):
+    """The caller-order subsets of a processor built by `_constraints`."""
+    trie = proc.allowed.numpy()
+    order = np.asarray(c.index.label_order)[: trie.shape[1]]
+    allowed = np.zeros_like(trie)
+    allowed[:, order] = trie
+    return allowed
+
+
 @pytest.mark.parametrize("max_labels, subsets", [(1, False), (3, True)])
 def test_rows_that_go_back_or_grow_by_several_tokens_get_the_jax_masks(max_labels, subsets):
     # Assisted and prompt-lookup decoding re-score drafted tokens (shorter rows) and accept
