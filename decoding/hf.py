@@ -95,6 +95,16 @@ class LabelLogitsProcessor:
             count = self.prefix[:, self.hi[child]] - self.prefix[:, self.lo[child]]
             self.root_count = torch.where(has, count, 0)
         self.root_closed = self.root_count <= 0
+        # Where few tokens start an allowed label (an eighth of V at most, in every row), the
+        # first step starts from -inf and copies those back instead of masking all V: their
+        # indices per row of root_closed, padded with each row's first.
+        closed = self.root_closed.reshape(-1, self.vocab_size)
+        width = int((~closed).sum(1).max())
+        self.root_open = None
+        if width * 8 <= self.vocab_size:
+            order = torch.sort(closed.to(torch.uint8), dim=1, stable=True).indices[:, :width]
+            real = torch.arange(width, device=self.device)[None, :] < (~closed).sum(1)[:, None]
+            self.root_open = torch.where(real, order, order[:, :1])
         self.reset()
 
     def reset(self) -> None:
@@ -300,12 +310,15 @@ class LabelLogitsProcessor:
             # The first step: one masked_fill, the per-prompt mask broadcast over its rows
             # (rows are prompt-major), so no [R, V] mask is built.
             rows, batch = s["at_root"].nonzero()[:, 0], s["batch"]
-            out = scores if self.inplace else scores.clone()
-            if batch is None:
-                out.masked_fill_(closed, -torch.inf)
+            B = 1 if batch is None else closed.shape[0]
+            if self.root_open is not None:
+                idx = self.root_open[:, None, :].expand(B, R // B, -1)
+                kept = scores.view(B, R // B, V).gather(2, idx)
+                out = scores if self.inplace else torch.empty_like(scores)
+                out.fill_(-torch.inf).view(B, R // B, V).scatter_(2, idx, kept)
             else:
-                B = closed.shape[0]
-                out.view(B, R // B, V).masked_fill_(closed[:, None], -torch.inf)
+                out = scores if self.inplace else scores.clone()
+                out.view(B, R // B, V).masked_fill_(closed.view(B, 1, V), -torch.inf)
             if self._checks:
                 r, tok = self._root_closed(state, rows, batch)
                 out[rows[r], tok] = -torch.inf

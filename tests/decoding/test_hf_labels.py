@@ -360,3 +360,40 @@ def test_a_new_prompt_extending_an_unfinished_output_needs_reset(setup):
     proc.reset()
     out = model.generate(p, **kw)
     assert _is_label(out, p.shape[1], eos, label_ids), tok.decode(out[0].tolist())
+
+
+@pytest.mark.parametrize("max_labels, subsets", [(1, False), (1, True), (3, True)])
+def test_first_step_with_few_open_tokens_copies_them_into_minus_inf(max_labels, subsets):
+    # Labels start with a few of V = 512 tokens: the first step fills -inf and copies the open
+    # tokens back (`root_open`); the masks equal the JAX kernel's through a walk.
+    Vw = 512
+    labels = [[3, 7], [3], [9, 400], [500, 2, 2], [9], [40, 41]]
+    idx = LabelIndex.build(labels, vocab_size=Vw)
+    sep = (510, 511) if max_labels != 1 else ()
+    rng = np.random.default_rng(max_labels)
+    allowed = None
+    c = LabelConstraint.build(idx, eos_id=EOS, separator=sep, max_labels=max_labels)
+    if subsets:
+        allowed = rng.random((B, len(labels))) < 0.5
+        allowed[:, 0] = True
+        c = c.restrict(allowed)
+    procs = [
+        LabelLogitsProcessor(
+            idx, eos_token_id=EOS, separator=sep, max_labels=max_labels, allowed=allowed, inplace=i
+        )
+        for i in (False, True)
+    ]
+    assert all(p.root_open is not None for p in procs)
+    state = jax.tree.map(
+        lambda x: jnp.broadcast_to(x[:, None], (B, K, *x.shape[1:])), c.init_state(B)
+    )
+    ids = torch.as_tensor(rng.integers(1, Vw, (B, 1, P))).repeat(1, K, 1).reshape(B * K, P)
+    while not np.asarray(state.done).all():
+        mask = np.asarray(jax.jit(LabelConstraint.allowed_tokens)(c, state)).reshape(B * K, Vw)
+        scores = torch.as_tensor(rng.normal(size=(B * K, Vw)).astype(np.float32))
+        outs = [p(ids, scores.clone()) for p in procs]
+        np.testing.assert_array_equal(outs[0].numpy(), outs[1].numpy())
+        np.testing.assert_array_equal(outs[0].numpy(), np.where(mask, scores.numpy(), -np.inf))
+        tok = np.array([rng.choice(np.flatnonzero(m)) for m in mask]).reshape(B, K)
+        state = _advance_tokens(c, state, jnp.asarray(tok, jnp.int32))
+        ids = torch.cat([ids, torch.as_tensor(tok.reshape(-1, 1))], 1)
