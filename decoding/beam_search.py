@@ -11,6 +11,7 @@ from jaxtyping import Array, Bool, Float, Int, PyTree
 
 from decoding.constraints import Candidates, Constraint, Level
 from decoding.scoring import LevelScoring
+from decoding.topk import top_k
 
 # step_fn(codes [B, K], level, cache) -> (log_probs [B, K, V], cache)
 StepFn = Callable[..., tuple[Float[Array, "B K V"], PyTree]]
@@ -178,7 +179,7 @@ def _select(scores_BK: Float[Array, "B K"], cand: Candidates, K: int):
         key_BX = jnp.pad(key_BX, ((0, 0), (0, K - Kin * C)), constant_values=-jnp.inf)
     # Flat index x = parent * C + slot (row-major [Kin, C]); top_k breaks ties by lower x, i.e.
     # by parent rank, then by slot, so the result is deterministic.
-    top, flat = jax.lax.top_k(key_BX, K)
+    top, flat = top_k(key_BX, K)
     # Padding picks (score -inf, so marked invalid) point at a real slot: gathers stay in range.
     flat = jnp.minimum(flat, Kin * C - 1)
     parent = flat // C

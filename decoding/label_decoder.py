@@ -173,8 +173,12 @@ def _decode(
     # beams (or K samples) from the same distribution and every parent is 0.
     state = jax.tree.map(lambda x: x[:, None], constraint.init_state(B))
     lp = jax.nn.log_softmax(out_BV.astype(jnp.float32), axis=-1)[:, None]
+    # Beam search and greedy pick among each beam's best K root tokens, sampling among all V.
+    top = None if sampler.mode == "sample" else K
     # Every row is at the root: no children slots are needed beyond the narrow ones.
-    cand = constraint.candidates(0, state, lp, width=constraint.index.capacity.narrow_width)
+    cand = constraint.candidates(
+        0, state, lp, width=constraint.index.capacity.narrow_width, root_top=top
+    )
     parent, token, aux, scores = _pick(sampler, jnp.zeros((B, 1)), cand, jax.random.fold_in(key, 0))
     state = constraint.advance(0, _reorder(state, parent), token, aux)
     history = jnp.full((B, K, T), constraint.eos_id, jnp.int32).at[:, :, 0].set(token)
@@ -188,7 +192,7 @@ def _decode(
         lp = jax.nn.log_softmax(out.astype(jnp.float32), axis=-1)
 
         def pick(width: int):
-            cand = constraint.candidates(c.step, c.state, lp, width=width)
+            cand = constraint.candidates(c.step, c.state, lp, width=width, root_top=top)
             return _pick(sampler, c.scores, cand, jax.random.fold_in(key, c.step))
 
         # The narrow children slots unless some row sits at a wider node: the same candidates

@@ -18,8 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
+from decoding.beam_search import _FMIN
 from decoding.constraints import Candidates, Constraint, Level, _iota
 from decoding.label_index import LabelIndex, refuse_empty_rows, subset_words
+from decoding.topk import top_k
 
 _MAX_UNBOUNDED = 4096  # labels an unbounded multi-label row may track (its state is [.., M])
 
@@ -186,10 +188,16 @@ class LabelConstraint(Constraint):
         log_probs: Float[Array, "B K V"],
         *,
         width: int | None = None,
+        root_top: int | None = None,
     ) -> Candidates:
         """Slots: [V root tokens, when a row may be at the root], EOS, [SEP], padding, then
         `width` children (default: the widest node's; `by_width` picks a narrower one when no
-        row needs more)."""
+        row needs more).
+
+        `root_top`: only each beam's `root_top` best allowed root tokens (by log-prob, ties to
+        the lower token, as the picks break them) instead of all V. A beam search of K beams
+        (or greedy, K = 1) over them picks what it picks over all V, since no beam gives more
+        than K of the K picks; sampling needs all V."""
         # aux is the slot index; `advance` recomputes what the chosen slot does from the
         # (reordered) state, so no per-slot next-state arrays are built or gathered.
         s = self.slots(state, width=width)
@@ -203,6 +211,18 @@ class LabelConstraint(Constraint):
         # may have rows at the root, whose candidates are all V tokens (slot = token), read as
         # a dense mask as STATIC reads its first levels.
         V = self.vocab_size
+        if root_top is not None and root_top < V:
+            # Invalid root tokens rank last, valid ones by log-prob floored at the float
+            # minimum (as `_select` ranks them), so the cut keeps what a pick over V would.
+            allowed = unpack_bitmask(self._root_words(state), V)
+            key = jnp.where(allowed, jnp.maximum(log_probs, _FMIN), -jnp.inf)
+            top, tok_r = top_k(key, root_top)
+            return Candidates(
+                jnp.concatenate([tok_r, s.tokens], -1),
+                jnp.concatenate([jnp.take_along_axis(log_probs, tok_r, axis=-1), lp], -1),
+                jnp.concatenate([top > -jnp.inf, s.valid], -1),
+                jnp.concatenate([tok_r, slot + V], -1),  # a root slot is its token, as below
+            )
         tok_r = jnp.broadcast_to(_iota(V, state.node.ndim), log_probs.shape)
         return Candidates(
             jnp.concatenate([tok_r, s.tokens], -1),

@@ -230,7 +230,8 @@ def _jax_beam_step(level: int, K: int, c: LabelConstraint, state, lp):
     (narrow children slots unless a row sits at a wider node, as `make_label_decoder` does)."""
 
     def pick(width):
-        return _select(jnp.zeros(lp.shape[:2]), c.candidates(level, state, lp, width=width), K)
+        cand = c.candidates(level, state, lp, width=width, root_top=K)
+        return _select(jnp.zeros(lp.shape[:2]), cand, K)
 
     parent, token, aux, scores = c.by_width(state, pick)
     return c.advance(level, _reorder(state, parent), token, aux), scores

@@ -282,3 +282,47 @@ def test_bitmask_of_wide_nodes_in_a_ragged_list_equals_the_dense_mask(max_labels
             seen_wide += prefix == [5]
         state = _advance_tokens(c, state, jnp.asarray(tokens))
     assert seen_wide, "no row reached the wide node"
+
+
+@pytest.mark.parametrize("max_labels, subsets, K", [(1, False, 4), (3, True, 4), (3, False, 1)])
+def test_each_beams_best_root_tokens_give_the_picks_of_all_v(max_labels, subsets, K):
+    # `root_top=K` keeps each beam's K best allowed root tokens: beam search (and greedy, K =
+    # 1) picks the same parents, tokens, slots and scores as over all V, through a walk with
+    # rows returning to the root after separators, dead beams and few allowed tokens.
+    from decoding.beam_search import _reorder, _select
+
+    rng = np.random.default_rng(max_labels + 10 * subsets + K)
+    V2, sep = 64, (1, 2)
+    labels = sorted({tuple(rng.integers(3, 40, rng.integers(1, 4)).tolist()) for _ in range(25)})
+    idx = LabelIndex.build(labels, vocab_size=V2)
+    c = LabelConstraint.build(
+        idx, eos_id=EOS, separator=sep if max_labels > 1 else (), max_labels=max_labels
+    )
+    B2 = 3
+    if subsets:
+        allowed = rng.random((B2, len(labels))) < 0.08
+        allowed[:, 0] = True
+        c = _restrict(c, subset_words(idx, allowed))
+    state = jax.tree.map(
+        lambda x: jnp.broadcast_to(x[:, None], (B2, K, *x.shape[1:])), c.init_state(B2)
+    )
+    scores = jnp.zeros((B2, K)).at[:, 1:].set(-jnp.inf)  # one live beam per row at first
+    pick = jax.jit(
+        lambda c, s, lp, sc, level, top: _select(sc, c.candidates(level, s, lp, root_top=top), K),
+        static_argnums=(4, 5),
+    )
+    seen = {"root later": 0, "invalid": 0}
+    for step in range(c.max_steps):
+        at_root = ~state.done & (state.sep_pos == 0) & (state.node == 0) & (scores > -jnp.inf)
+        seen["root later"] += int(step > 0 and bool(at_root.any()))
+        lp = jax.nn.log_softmax(jnp.asarray(rng.normal(size=(B2, K, V2)) * 3, jnp.float32), -1)
+        full, cut = pick(c, state, lp, scores, step, None), pick(c, state, lp, scores, step, K)
+        seen["invalid"] += int((~np.isfinite(np.asarray(full[3]))).sum())
+        for a, b in zip(full, cut, strict=True):
+            np.testing.assert_array_equal(np.asarray(b), np.asarray(a), f"step {step}")
+        parent, token, aux, scores = full
+        state = c.advance(step, _reorder(state, parent), token, aux)
+        if not np.isfinite(np.asarray(scores)).any():
+            break
+    assert seen["invalid"] > 0 or not subsets, seen
+    assert seen["root later"] > 0 or max_labels == 1, seen
