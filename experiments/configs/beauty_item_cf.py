@@ -6,7 +6,11 @@ co-occurrence; SIDs of 3 x 256 codes (TIGER's) on TF-IDF text plus 64 co-occurre
 Command: `genret pipeline --dataset beauty --config beauty_item_cf --workdir runs/beauty_item_cf`.
 Test R@5 / N@5 / R@10 / N@10 5.35 / 3.72 / 8.06 / 4.59 at pipeline seed 0, three-seed mean 5.44 /
 3.78 / 8.08 / 4.62 (TIGER: 4.54 / 3.21 / 6.48 / 3.84), AMD EPYC with AVX-512, about 56 minutes of
-training on 2 cores; on an AMD EPYC without AVX-512 seed 0 gives 5.51 / 3.84 / 8.14 / 4.68.
+training on 2 cores; on an AMD EPYC without AVX-512 seed 0 gives 5.51 / 3.84 / 8.14 / 4.68; on the
+Intel Xeon under jax 0.12, 5.34 / 3.71 / 7.96 / 4.55 (87.5 minutes in all).
+Batch 64 against 128 (validated every 171 steps), seeds 0 and 1 as two-member ensembles, on the
+6,818 validation users outside both members' checkpoint holdouts: 7.14 / 4.90 / 10.38 / 5.95
+against 6.88 / 4.69 / 10.12 / 5.73 (`genret eval-warm --validation`, Xeon).
 """
 
 import dataclasses
