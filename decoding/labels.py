@@ -264,13 +264,17 @@ class LabelConstraint(Constraint):
         narrow, width = self.index.capacity.narrow_width, self.index.capacity.width
         if narrow >= width:
             return fn(width)
-        idx = self.index
-        n = jnp.clip(state.node, 0, idx.capacity.nodes - 1)
-        branch = jnp.take(idx.row_ptr, n + 1) - jnp.take(idx.row_ptr, n)
-        live = ~state.done & (state.sep_pos == 0) & (state.node > 0)
+        live, branch = self._branching(state)
         return jax.lax.cond(
             jnp.any(live & (branch > narrow)), lambda: fn(width), lambda: fn(narrow)
         )
+
+    def _branching(self, state: LabelState) -> tuple[Bool[Array, "B K"], Int[Array, "B K"]]:
+        """Which rows are live below the root, and how many children their nodes have."""
+        idx = self.index
+        n = jnp.clip(state.node, 0, idx.capacity.nodes - 1)
+        branch = jnp.take(idx.row_ptr, n + 1) - jnp.take(idx.row_ptr, n)
+        return ~state.done & (state.sep_pos == 0) & (state.node > 0), branch
 
     def _root_possible(self, level: Level) -> bool:
         return self.max_labels > 1 or (isinstance(level, int | np.integer) and level == 0)
@@ -310,9 +314,7 @@ class LabelConstraint(Constraint):
         cap = B * K * width // 8
         if narrow >= width or cap <= B * K * narrow:
             return self.by_width(state, lambda w: self._bitmask(state, w))
-        n = jnp.clip(state.node, 0, idx.capacity.nodes - 1)
-        branch = jnp.take(idx.row_ptr, n + 1) - jnp.take(idx.row_ptr, n)
-        live = ~state.done & (state.sep_pos == 0) & (state.node > 0)
+        live, branch = self._branching(state)
         total = jnp.where(live, branch, 0).sum()
         which = jnp.where(jnp.any(live & (branch > narrow)), jnp.where(total <= cap, 1, 2), 0)
 
@@ -347,10 +349,10 @@ class LabelConstraint(Constraint):
         B, K = state.node.shape
         R, V = B * K, self.vocab_size
         Wd = -(-V // 32)
-        live = (~state.done & (state.sep_pos == 0) & (state.node > 0)).reshape(R)
+        live, branch = self._branching(state)
+        count = jnp.where(live, branch, 0).reshape(R)
         n = jnp.clip(state.node.reshape(R), 0, idx.capacity.nodes - 1)
         start = jnp.take(idx.row_ptr, n)
-        count = jnp.where(live, jnp.take(idx.row_ptr, n + 1) - start, 0)
         first = jnp.cumsum(count) - count  # each row's first slot
         # Slot f belongs to the last row starting at or before it: mark each non-empty row's
         # first slot with its row number, then carry the marks forward with a running maximum.
@@ -373,11 +375,13 @@ class LabelConstraint(Constraint):
         if self.subset is None:
             free = hi - lo
         else:
-            w, r = self.subset.words, self.subset.rank
-            base = (row // K) * w.shape[1]
-            at_lo = _count_flat(w, r, base, lo)
+            # Each row's bitset is its prompt's, read as one bitset of all rows end to end (the
+            # ranks restart with every prompt, so the count is the prompt's own).
+            w, r = self.subset.words.reshape(1, -1), self.subset.rank.reshape(1, -1)
+            base = (row // K) * (self.subset.words.shape[1] * 32)
+            at_lo = _count(w, r, (base + lo)[None])[0]
             at_next = jnp.concatenate([at_lo[1:], at_lo[-1:]])
-            free = jnp.where(more, at_next, _count_flat(w, r, base, end)) - at_lo
+            free = jnp.where(more, at_next, _count(w, r, (base + end)[None])[0]) - at_lo
         e = jnp.take(state.emitted.reshape(R, -1), row, axis=0)  # [cap, M]
         free -= ((e >= lo[:, None]) & (e < hi[:, None])).sum(-1)
         tok = jnp.take(idx.tokens, edge, mode="clip").astype(jnp.int32)
@@ -683,15 +687,6 @@ def _count(words: Array, rank: Array, i: Int[Array, "B X"]) -> Int[Array, "B X"]
     w = jnp.take_along_axis(words, i >> 5, axis=1, mode="clip")
     below = w & ((jnp.uint32(1) << (i & 31).astype(jnp.uint32)) - jnp.uint32(1))
     r = jnp.take_along_axis(rank, i >> 5, axis=1, mode="clip")
-    return r + jax.lax.population_count(below).astype(jnp.int32)
-
-
-def _count_flat(words: Array, rank: Array, base: Int[Array, " F"], i: Int[Array, " F"]) -> Array:
-    """`_count` for a flat list: position i of the bitset row starting at word `base`."""
-    at = base + (i >> 5)
-    w = jnp.take(words.reshape(-1), at, mode="clip")
-    below = w & ((jnp.uint32(1) << (i & 31).astype(jnp.uint32)) - jnp.uint32(1))
-    r = jnp.take(rank.reshape(-1), at, mode="clip")
     return r + jax.lax.population_count(below).astype(jnp.int32)
 
 

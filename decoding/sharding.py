@@ -227,11 +227,9 @@ def shard_index(index: StaticIndex, mesh: Mesh, axis: str = "index") -> ShardedS
     sizes = [len(x) for x in blocks(0)]
     where = rows.addressable_devices_indices_map((n * sizes[0],))
     parts: list[list[jax.Array]] = [[], [], []]
-    devices = []
     for device, (sl,) in where.items():
         for i, x in enumerate(blocks((sl.start or 0) // sizes[0])):
             parts[i].append(jax.device_put(x, device))
-        devices.append(device)
 
     def split(i: int) -> jax.Array:
         return jax.make_array_from_single_device_arrays((n * sizes[i],), rows, parts[i])

@@ -172,6 +172,21 @@ def _grammar_next(labels, allowed, max_labels, sep, emitted, prefix, sep_pos, do
     return out
 
 
+def _follow(row: list, t: int, labels, sep, max_labels) -> None:
+    """One brute-force row [emitted, prefix, sep_pos, done] after token t (as `_grammar_next`
+    reads it)."""
+    emitted, prefix, sep_pos, done = row
+    if done:
+        return
+    if sep_pos:
+        row[2] = (sep_pos + 1) % len(sep)
+    elif t == EOS or (t == sep[0] and max_labels > 1):
+        emitted.append(labels.index(tuple(prefix)))
+        row[1], row[2], row[3] = [], int(t != EOS), t == EOS
+    else:
+        prefix.append(t)
+
+
 @pytest.mark.parametrize("max_labels, subsets", [(1, False), (1, True), (3, True), (4, False)])
 def test_bitmask_equals_brute_force_and_dense_mask(max_labels, subsets):
     # V = 70: two full words and a partial one; labels share prefixes over a few tokens and
@@ -211,20 +226,12 @@ def test_bitmask_equals_brute_force_and_dense_mask(max_labels, subsets):
         want_logits = np.where(dense, np.asarray(logits), -np.inf)
         np.testing.assert_array_equal(np.asarray(masked(c, state, logits)), want_logits)
         tokens = np.zeros((B2, K2), np.int32)
-        for r, (emitted, prefix, sep_pos, done) in enumerate(rows):
+        for r in range(len(rows)):
             want = _grammar_next(labels, allowed[r // K2], max_labels, sep, *rows[r])
             assert set(np.flatnonzero(got.reshape(B2 * K2, V2)[r]).tolist()) == want, r
             t = int(rng.choice(sorted(want)))
             tokens.flat[r] = t
-            if done:
-                continue
-            if sep_pos:
-                rows[r][2] = (sep_pos + 1) % len(sep)
-            elif t == EOS or (t == sep[0] and max_labels > 1):
-                emitted.append(labels.index(tuple(prefix)))
-                rows[r][1], rows[r][2], rows[r][3] = [], int(t != EOS), t == EOS
-            else:
-                prefix.append(t)
+            _follow(rows[r], t, labels, sep, max_labels)
         state = _advance_tokens(c, state, jnp.asarray(tokens))
     assert all(done for *_, done in rows), "every row reached EOS within max_steps"
 
@@ -264,22 +271,14 @@ def test_bitmask_of_wide_nodes_in_a_ragged_list_equals_the_dense_mask(max_labels
             got = np.unpackbits(np.asarray(words).view(np.uint8), axis=-1, bitorder="little")
             np.testing.assert_array_equal(got[..., :V2] > 0, dense)
         tokens = np.zeros((B2, K2), np.int32)
-        for r, (emitted, prefix, sep_pos, done) in enumerate(rows):
+        for r in range(len(rows)):
             want = _grammar_next(labels, allowed[r // K2], max_labels, sep, *rows[r])
             assert set(np.flatnonzero(dense.reshape(B2 * K2, V2)[r]).tolist()) == want, r
             # Walk into the wide prefix often.
             t = 5 if 5 in want and rng.random() < 0.7 else int(rng.choice(sorted(want)))
             tokens.flat[r] = t
-            if done:
-                continue
-            if sep_pos:
-                rows[r][2] = (sep_pos + 1) % len(sep)
-            elif t == EOS or (t == sep[0] and max_labels > 1):
-                emitted.append(labels.index(tuple(prefix)))
-                rows[r][1], rows[r][2], rows[r][3] = [], int(t != EOS), t == EOS
-            else:
-                prefix.append(t)
-            seen_wide += prefix == [5]
+            _follow(rows[r], t, labels, sep, max_labels)
+            seen_wide += rows[r][1] == [5]
         state = _advance_tokens(c, state, jnp.asarray(tokens))
     assert seen_wide, "no row reached the wide node"
 
