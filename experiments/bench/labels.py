@@ -21,6 +21,7 @@ mask equals ours).
 
 import dataclasses
 import functools
+import os
 import time
 from collections.abc import Callable
 
@@ -69,6 +70,8 @@ class LabelBenchConfig:
     # xgrammar compiles a grammar per prompt ahead of time; larger ones are skipped (a grammar of
     # 100,000 labels had not compiled after 15 minutes on a shared 2-core CPU).
     xgrammar_max_labels: int = 20_000
+    # torch's intra-op threads; 0: every core, as XLA's CPU client uses for the JAX methods.
+    torch_threads: int = 0
 
 
 def random_labels(num: int, vocab: int, max_len: int, seed: int) -> list[list[int]]:
@@ -253,8 +256,7 @@ def run_label_bench(cfg: LabelBenchConfig, progress: Callable[[str], None] | Non
     """Median ms per step for every method, per label-set size and mode."""
     import torch
 
-    # One torch thread: on a shared CPU, intra-op threads mostly wait on each other.
-    torch.set_num_threads(1)
+    torch.set_num_threads(cfg.torch_threads or os.cpu_count() or 1)
     B, K, V = cfg.batch, cfg.beam, cfg.vocab
     R = B * K
     rng = np.random.default_rng(cfg.seed)

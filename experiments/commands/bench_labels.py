@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--xgrammar-max-labels", type=int, default=d.xgrammar_max_labels, help="skip larger"
     )
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=d.torch_threads,
+        help="torch intra-op threads (default 0: every core, as the JAX methods use)",
+    )
     parser.add_argument("--out", type=common.path_arg, default=None, help="write the JSON here too")
 
 
@@ -60,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("batch", "beam", "max_len", "reps", "subset_size", "multi_labels"):
         if getattr(args, name) < 1:
             raise ArgumentError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.torch_threads < 0:
+        raise ArgumentError("--torch-threads must be >= 0")
     if args.vocab < 3 or min(labels) < 1:
         raise ArgumentError("--vocab must be >= 3 and every --labels count >= 1")
     methods = tuple(m for m in args.methods.split(",") if m)
@@ -86,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         subset_size=args.subset_size,
         multi_labels=args.multi_labels,
         xgrammar_max_labels=args.xgrammar_max_labels,
+        torch_threads=args.torch_threads,
     )
     result = run_label_bench(cfg, progress=lambda msg: print(msg, file=sys.stderr))
     text = json.dumps(result, indent=2)
