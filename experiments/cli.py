@@ -217,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir = getattr(args, "workdir", None)
     new_workdir = workdir is not None and not workdir.exists()
     try:
+        if getattr(args, "cpu_cores", None) is not None:
+            from experiments.runtime.latency import cpu_latency_mode
+
+            cpu_latency_mode(args.cpu_cores)
         result = module.run(args)
     except Terminated:
         print(_stopped_line(name), file=sys.stderr)

@@ -269,9 +269,22 @@ def resolve_config(
     return config_lib.validate(cfg)
 
 
+def add_cpu_cores_arg(parser: argparse.ArgumentParser) -> None:
+    """--cpu-cores: the latency mode for small calls on a CPU (experiments.runtime.latency)."""
+    parser.add_argument(
+        "--cpu-cores",
+        type=int,
+        default=None,
+        metavar="N",
+        help="pin the process to N cores and run each JAX call on the calling thread: lower "
+        "latency for small decoding calls on a CPU (default: every core, asynchronous dispatch)",
+    )
+
+
 def add_bench_args(parser: argparse.ArgumentParser) -> None:
     """Flags shared with bench-sweep."""
     d = BenchConfig()
+    add_cpu_cores_arg(parser)
     parser.add_argument("--levels", type=int, default=d.levels, help="L, codes per SID")
     parser.add_argument("--batch", type=int, default=d.batch, help="users per call")
     parser.add_argument("--beam", type=int, default=d.beam, help="K, beam width")

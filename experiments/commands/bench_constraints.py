@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         result = measure_build(cfg)
     else:
         result = run_bench(cfg, progress=lambda msg: print(msg, file=sys.stderr))
+    if args.cpu_cores is not None:
+        result["cpu_cores"] = args.cpu_cores  # the latency mode (experiments.runtime.latency)
     text = json.dumps(result, indent=2)
     if args.out:
         atomic.write_text(args.out, text + "\n")

@@ -20,6 +20,7 @@ TOKEN_ENV = "GENRET_SERVE_TOKEN"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_workdir_arg(parser)
     parser.add_argument("--split", choices=SPLIT_KINDS, default="loo", help="whose retriever")
+    common.add_cpu_cores_arg(parser)
     parser.add_argument("--cold-start", type=float, default=None, metavar="P")
     parser.add_argument("--host", default="127.0.0.1", help="other than loopback: needs a token")
     parser.add_argument(
