@@ -1,1 +1,2 @@
-"""Process-level settings of the `genret` command: the compile cache and huge pages."""
+"""Process-level settings of the `genret` command: the compile cache, huge pages and the CPU
+latency mode."""
