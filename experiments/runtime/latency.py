@@ -6,8 +6,8 @@ worker thread (asynchronous dispatch) and XLA splits every gather from an array 
 KB across the cores, and waking the other threads takes longer than the work. With the process
 pinned to N cores and its calls run on the calling thread, XLA splits over N cores only (none at
 N = 1) and nothing is handed over: 0.11 ms a step at 1e5-1e7 items (docs/BENCHMARKS.md, "The
-step's time and the latency mode"). Worth it where calls are small and latency counts (decoding, serving);
-training's large steps want every core and the asynchronous default.
+step's time and the latency mode"). Worth it where calls are small and latency counts
+(decoding, serving); training's large steps want every core and the asynchronous default.
 
 Both settings are read when JAX starts its CPU backend, so this runs before any JAX computation.
 """
@@ -21,8 +21,8 @@ from data.errors import ArgumentError
 
 def cpu_latency_mode(cores: int) -> list[int]:
     """Pins this process to its first `cores` allowed CPUs (all of them if fewer) and turns off
-    JAX's asynchronous dispatch on the CPU; returns the CPUs kept. ArgumentError once JAX's backends have started
-    (the settings would not take) or where the OS cannot pin a process."""
+    JAX's asynchronous dispatch on the CPU; returns the CPUs kept. ArgumentError once JAX's
+    backends have started (the settings would not take) or where the OS cannot pin a process."""
     from jax._src import xla_bridge
 
     if cores < 1:
