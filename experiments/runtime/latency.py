@@ -6,8 +6,9 @@ worker thread (asynchronous dispatch) and XLA splits every gather from an array 
 KB across the cores, and waking the other threads takes longer than the work. With the process
 pinned to N cores and its calls run on the calling thread, XLA splits over N cores only (none at
 N = 1) and nothing is handed over: 0.11 ms a step at 1e5-1e7 items (docs/BENCHMARKS.md, "The
-step's time and the latency mode"). Worth it where calls are small and latency counts
-(decoding, serving); training's large steps want every core and the asynchronous default.
+step's time and the latency mode"). Worth it where the calls are small (a search step, a short
+search); a server's requests also run the retriever's layers, which gain from every core
+(docs/guide/serving.md), and training's large steps want every core and the asynchronous default.
 
 Both settings are read when JAX starts its CPU backend, so this runs before any JAX computation.
 """
