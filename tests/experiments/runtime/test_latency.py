@@ -2,14 +2,11 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from experiments import cli
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+from tests.conftest import run_on_forced_cpu_devices
 
 _PROBE = """
 import json, os, jax, jax.numpy as jnp
@@ -34,14 +31,8 @@ print(json.dumps({
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
 def test_pins_the_process_and_runs_calls_inline():
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT},
-        timeout=120,
-    )
+    # The settings are read when JAX starts its backend: a fresh process.
+    out = run_on_forced_cpu_devices(_PROBE, devices=1, timeout=120)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["affinity"] == got["kept"] and len(got["kept"]) == 1
