@@ -264,17 +264,21 @@ class LabelConstraint(Constraint):
         narrow, width = self.index.capacity.narrow_width, self.index.capacity.width
         if narrow >= width:
             return fn(width)
-        live, branch = self._branching(state)
+        live, _, _, branch = self._branching(state)
         return jax.lax.cond(
             jnp.any(live & (branch > narrow)), lambda: fn(width), lambda: fn(narrow)
         )
 
-    def _branching(self, state: LabelState) -> tuple[Bool[Array, "B K"], Int[Array, "B K"]]:
-        """Which rows are live below the root, and how many children their nodes have."""
+    def _branching(
+        self, state: LabelState
+    ) -> tuple[Bool[Array, "B K"], Int[Array, "B K"], Int[Array, "B K"], Int[Array, "B K"]]:
+        """Which rows are live below the root, their (clipped) nodes, each node's first edge and
+        how many children it has."""
         idx = self.index
         n = jnp.clip(state.node, 0, idx.capacity.nodes - 1)
-        branch = jnp.take(idx.row_ptr, n + 1) - jnp.take(idx.row_ptr, n)
-        return ~state.done & (state.sep_pos == 0) & (state.node > 0), branch
+        start = jnp.take(idx.row_ptr, n)
+        branch = jnp.take(idx.row_ptr, n + 1) - start
+        return ~state.done & (state.sep_pos == 0) & (state.node > 0), n, start, branch
 
     def _root_possible(self, level: Level) -> bool:
         return self.max_labels > 1 or (isinstance(level, int | np.integer) and level == 0)
@@ -314,7 +318,7 @@ class LabelConstraint(Constraint):
         cap = B * K * width // 8
         if narrow >= width or cap <= B * K * narrow:
             return self.by_width(state, lambda w: self._bitmask(state, w))
-        live, branch = self._branching(state)
+        live, _, _, branch = self._branching(state)
         total = jnp.where(live, branch, 0).sum()
         which = jnp.where(jnp.any(live & (branch > narrow)), jnp.where(total <= cap, 1, 2), 0)
 
@@ -349,10 +353,8 @@ class LabelConstraint(Constraint):
         B, K = state.node.shape
         R, V = B * K, self.vocab_size
         Wd = -(-V // 32)
-        live, branch = self._branching(state)
-        count = jnp.where(live, branch, 0).reshape(R)
-        n = jnp.clip(state.node.reshape(R), 0, idx.capacity.nodes - 1)
-        start = jnp.take(idx.row_ptr, n)
+        live, n, start, branch = (x.reshape(R) for x in self._branching(state))
+        count = jnp.where(live, branch, 0)
         first = jnp.cumsum(count) - count  # each row's first slot
         # Slot f belongs to the last row starting at or before it: mark each non-empty row's
         # first slot with its row number, then carry the marks forward with a running maximum.
