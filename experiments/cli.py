@@ -38,6 +38,7 @@ GROUPS = {
     "evaluation and tuning": {
         "eval-baselines": "model-free cold-start baselines (random, content neighbour)",
         "sasrec": "the SASRec baseline: train, rank leave-one-out",
+        "parallel": "RPG-style retriever of long PQ codes: train, rank leave-one-out",
         "diagnose": "validation-only diagnostics: per-level accuracy, ensembles, priors",
         "train-draft": "train a NEZHA draft head on a frozen trained retriever",
     },

@@ -15,7 +15,7 @@ from data.splits import check_fraction
 from data.typed_json import from_dict
 from decoding.config import DecodeConfig
 from rqvae.config import RQVAEConfig
-from seqmodel.config import ENSEMBLE_RULES, SeqModelConfig
+from seqmodel.config import ENSEMBLE_RULES, ParallelCodesConfig, SeqModelConfig
 
 CONTENT_VECTORS = ("embeddings", "tfidf")
 
@@ -77,6 +77,8 @@ class EvalConfig:
     # is copied to WORKDIR/results/warm.json. Empty: leave-one-out runs on this run's tokenizer.
     warm_preset: str = ""
     sasrec: bool = False  # the pipeline also trains and ranks the SASRec baseline (leave-one-out)
+    # The pipeline also trains and ranks the parallel-codes retriever (leave-one-out; `parallel`).
+    parallel: bool = False
     seed: int = 0
 
 
@@ -103,6 +105,26 @@ SASREC = SeqModelConfig(
     patience=20,
 )
 
+# The parallel-codes retriever (RPG: long PQ codes, parallel cosine heads), untuned: RPG's Beauty
+# codes (32 x 256 on a 128-wide whitened PCA, temperature 0.03) and 50-item window, a smaller
+# transformer than its 448-wide one for a 2-core CPU, SASRec's early stopping.
+PARALLEL = ParallelCodesConfig(
+    num_layers=2,
+    d_model=128,
+    num_heads=4,
+    mlp_dim=256,
+    dropout=0.3,
+    max_history=50,
+    batch_size=256,
+    learning_rate=2e-3,
+    warmup_steps=100,
+    weight_decay=0.0,
+    num_epochs=50,
+    eval_every=87,
+    eval_users=10_000,
+    patience=10,
+)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config:
@@ -117,6 +139,9 @@ class Config:
     eval: EvalConfig = EvalConfig()
     # The SASRec baseline (genret sasrec): the retriever's transformer config over item ids.
     sasrec: SeqModelConfig = SASREC
+    # The parallel-codes retriever (genret parallel): item codes by product quantization of the
+    # tokenizer's text embeddings (rqvae.embedder), a transformer over item positions.
+    parallel: ParallelCodesConfig = PARALLEL
     # How many stages `genret pipeline` runs at once, each in a process of its own, where they do
     # not wait on each other (the retrievers of the cold-start fractions and leave-one-out), on
     # a CPU and in one process only; 1: one after another in one process. It enters no stage
@@ -246,8 +271,15 @@ def validate(cfg: Config) -> Config:
             f"eval.warm_ensemble_seeds={seeds}: give distinct seeds >= 0, other than "
             f"seqmodel.seed={cfg.seqmodel.seed} (the main retriever's)"
         )
-    if not (cfg.eval.cold or cfg.eval.warm):
-        raise ArgumentError("eval.cold and eval.warm: both false leaves the pipeline nothing to do")
+    _at_least(cfg, "parallel", ("num_epochs", "patience", "eval_users"), 1)
+    _at_least(cfg, "parallel", ("warmup_steps", "max_steps"), 0)
+    if not cfg.parallel.learning_rate > 0:
+        raise ArgumentError(f"parallel.learning_rate={cfg.parallel.learning_rate}: must be > 0")
+    if not (cfg.eval.cold or cfg.eval.warm or cfg.eval.sasrec or cfg.eval.parallel):
+        raise ArgumentError(
+            "eval.cold, eval.warm, eval.sasrec and eval.parallel: all false leaves the pipeline "
+            "nothing to do"
+        )
     if cfg.eval.warm_preset:
         warm_run_config(cfg)  # names a preset that can run the leave-one-out part
         if not cfg.eval.warm or seeds:
@@ -277,7 +309,7 @@ def warm_run_config(cfg: Config) -> Config:
             f"eval.warm_preset={name}: that preset sets eval.warm_preset={warm.eval.warm_preset} "
             "itself; name the preset that runs leave-one-out on its own tokenizer"
         )
-    ev = dataclasses.replace(warm.eval, warm=True, cold=False, sasrec=False)
+    ev = dataclasses.replace(warm.eval, warm=True, cold=False, sasrec=False, parallel=False)
     return validate(dataclasses.replace(warm, data=cfg.data, eval=ev))
 
 
@@ -380,12 +412,21 @@ def to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
 
 
+# Groups a saved config.json may lack: each belongs to a stage that its eval.* flag switches on.
+_OPTIONAL_GROUPS = ("parallel",)
+
+
 def load_json(path: str | Path) -> Config:
     """A saved config.json; a malformed one is an ArgumentError naming the file."""
     if not Path(path).is_file():
         raise ArgumentError(f"{path}: not a file; remove it, or pass --config NAME")
     try:
-        return from_dict(Config, json.loads(Path(path).read_text()), groups_required=True)
+        saved = json.loads(Path(path).read_text())
+        if isinstance(saved, dict):
+            # A config.json without these groups never ran their stages (eval.* off): defaults.
+            for name in _OPTIONAL_GROUPS:
+                saved.setdefault(name, dataclasses.asdict(getattr(Config(), name)))
+        return from_dict(Config, saved, groups_required=True)
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise ArgumentError(
             f"{path}: not a valid genret config ({e}); fix it, or pass --config NAME to start "

@@ -110,12 +110,8 @@ def _cache_path(
     return Path(cache_dir) / f"{prefix}-{h.hexdigest()[:20]}{suffix}"
 
 
-def embed_texts(
-    texts: list[str], cfg: RQVAEConfig, cache_dir: Path | None = None
-) -> Float[np.ndarray, "N E"]:
-    """Embeds item texts with cfg.embedder; reuses `cache_dir/<embedder>-<hash>.npy` if present."""
-    if cfg.embedder not in EMBEDDERS:
-        raise ValueError(f"rqvae.embedder: unknown {cfg.embedder!r}; choose from {EMBEDDERS}")
+def embedding_fields(cfg: RQVAEConfig) -> dict:
+    """The fields of `cfg` that decide the text embeddings (`embed_texts`), for keys."""
     params = {"embedder": cfg.embedder}
     if cfg.embedder == "tfidf":
         params.update(
@@ -124,7 +120,16 @@ def embed_texts(
             min_df=cfg.tfidf_min_df,
             max_features=cfg.tfidf_max_features,
         )
-    path = _cache_path(cache_dir, cfg.embedder, ".npy", texts, params)
+    return params
+
+
+def embed_texts(
+    texts: list[str], cfg: RQVAEConfig, cache_dir: Path | None = None
+) -> Float[np.ndarray, "N E"]:
+    """Embeds item texts with cfg.embedder; reuses `cache_dir/<embedder>-<hash>.npy` if present."""
+    if cfg.embedder not in EMBEDDERS:
+        raise ValueError(f"rqvae.embedder: unknown {cfg.embedder!r}; choose from {EMBEDDERS}")
+    path = _cache_path(cache_dir, cfg.embedder, ".npy", texts, embedding_fields(cfg))
     if path is not None and path.exists():
         x = np.load(path, allow_pickle=False)
         if x.shape[0] == len(texts):

@@ -215,3 +215,36 @@ class SeqModelConfig:
 def identity_fields(cfg: SeqModelConfig) -> dict:
     """`cfg` as a dict for fingerprints (data.fingerprint versions them)."""
     return dataclasses.asdict(cfg)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ParallelCodesConfig(SeqModelConfig):
+    """The parallel-codes retriever (RPG, KDD 2025; seqmodel.parallel): the transformer and
+    schedule fields of SeqModelConfig, plus its long Semantic IDs and output temperature.
+
+    Items get `num_codes` codes of `codebook_size` each by product quantization of their text
+    embeddings (rqvae.pq: whitened PCA to `pca_dim`, k-means per subspace, seeded by `seed`).
+    """
+
+    num_codes: int = 32  # M, codes per item
+    codebook_size: int = 256  # V, centroids per subspace
+    pca_dim: int = 128  # whitened PCA width; a multiple of num_codes
+    temperature: float = 0.03  # each head's logits: cosine similarity / temperature
+
+    def __post_init__(self):
+        try:
+            super().__post_init__()
+        except ValueError as e:  # the inherited checks name the section this config lives in
+            raise ValueError(str(e).replace("seqmodel.", "parallel.")) from None
+        if self.num_codes < 1 or self.codebook_size < 2:
+            raise ValueError(
+                f"parallel.num_codes must be >= 1 and parallel.codebook_size >= 2, got "
+                f"{self.num_codes} and {self.codebook_size}"
+            )
+        if self.pca_dim < self.num_codes or self.pca_dim % self.num_codes:
+            raise ValueError(
+                f"parallel.pca_dim={self.pca_dim} must be a multiple of "
+                f"parallel.num_codes={self.num_codes}"
+            )
+        if not 0.0 < self.temperature < float("inf"):
+            raise ValueError(f"parallel.temperature must be > 0, got {self.temperature}")

@@ -1,9 +1,10 @@
 """SASRec: the ID-based sequential recommender baseline (causal self-attention over item ids,
-scores tied to the item embeddings), trained and ranked over the full catalog in the same harness
-as the generative retriever."""
+scores tied to the item embeddings), and the harness that trains a next-item model over item
+positions and ranks the full catalog with it (SASRec, or seqmodel.parallel's ParallelCodes)."""
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from data import atomic
 from data.fingerprint import fingerprint
@@ -43,30 +44,66 @@ class SASRec(nnx.Module):
         self, items: Int[Array, "B T"], dropout_key: jax.Array | None = None
     ) -> Float[Array, "B T D"]:
         """The normed state after each position, from which every item is scored."""
-        B, T = items.shape
-        positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
+        x = self.embed(items)
         valid = items != PAD_ITEM
-        # Causal over real items; a PAD query sees itself so that its softmax stays finite.
-        causal = jnp.tril(jnp.ones((T, T), bool))[None]
-        mask = (causal & valid[:, None, :]) | jnp.eye(T, dtype=bool)[None]
-        # SASRec drops out the input embeddings too, at the blocks' rate.
-        keys = (None,) * (len(self.blocks) + 1)
-        if dropout_key is not None:
-            keys = jax.random.split(dropout_key, len(self.blocks) + 1)
-        x = dropout(self.embed(items), self.cfg.dropout, keys[-1])
-        for block, key in zip(self.blocks, keys, strict=False):
-            x, _ = block(x, positions, mask, key)
-        return self.norm(x)
+        return item_states(self.blocks, self.norm, x, valid, self.cfg.dropout, dropout_key)
 
     def scores(self, h: Float[Array, "*B D"]) -> Float[Array, "*B N"]:
         """Tied output: an item's score is its embedding's dot product with the state (SASRec)."""
         return h @ self.embed.embedding[1:].T
+
+    def next_item_nll(self, h: Float[Array, "S D"], items: Int[Array, " S"]) -> Float[Array, " S"]:
+        """-log p(item | state) under the softmax over the full catalog."""
+        logits_SN = self.scores(h).astype(jnp.float32)
+        return optax.softmax_cross_entropy_with_integer_labels(logits_SN, items)
 
     def __call__(
         self, items: Int[Array, "B T"], dropout_key: jax.Array | None = None
     ) -> Float[Array, "B T N"]:
         """Scores of every catalog item as the next item, at every position."""
         return self.scores(self.hidden(items, dropout_key))
+
+
+def item_states(
+    blocks: nnx.List,
+    norm: RMSNorm,
+    x: Float[Array, "B T D"],
+    valid: Bool[Array, "B T"],
+    rate: float,
+    dropout_key: jax.Array | None,
+) -> Float[Array, "B T D"]:
+    """DecoderBlocks over the item vectors `x` (dropped out at `rate`), causal over the `valid`
+    positions, then `norm`."""
+    B, T = valid.shape
+    positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
+    # Causal over real items; a PAD query sees itself so that its softmax stays finite.
+    causal = jnp.tril(jnp.ones((T, T), bool))[None]
+    mask = (causal & valid[:, None, :]) | jnp.eye(T, dtype=bool)[None]
+    # SASRec drops out the input vectors too (at the blocks' rate).
+    keys = (None,) * (len(blocks) + 1)
+    if dropout_key is not None:
+        keys = jax.random.split(dropout_key, len(blocks) + 1)
+    x = dropout(x, rate, keys[-1])
+    for block, key in zip(blocks, keys, strict=False):
+        x, _ = block(x, positions, mask, key)
+    return norm(x)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModelSpec:
+    """The next-item model the harness trains: `build(rngs)` makes it (a module with `hidden`,
+    `scores` and `next_item_nll`); `section` names its config section in messages and in the
+    run's info file; `arrays` are its constant inputs (a codes table), in the run's inputs
+    fingerprint beside the data, so that other ones retrain from scratch."""
+
+    section: str
+    build: Callable[[nnx.Rngs], nnx.Module]
+    arrays: tuple[np.ndarray, ...] = ()
+
+
+def sasrec_spec(cfg: SeqModelConfig, num_items: int) -> ModelSpec:
+    """SASRec over `num_items` item ids, configured by the `sasrec` section."""
+    return ModelSpec("sasrec", lambda rngs: SASRec(cfg, num_items, rngs=rngs))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,21 +145,23 @@ def loss_fn(
     batch: dict,
     dropout_key: jax.Array | None,
     slots: int,
+    consts: nnx.State | None = None,
 ) -> tuple[Float[Array, ""], dict]:
-    """Mean cross-entropy of the next item over the full catalog, at every real position.
+    """Mean next-item loss (the model's `next_item_nll`) at every real position; `consts` are
+    the model's untrained variables (a codes table), none for SASRec.
 
-    Only the first `slots` real positions (row-major) are scored: the [positions, N] logits are
-    most of a step's work, and most positions of a short history's window are padding. The caller
-    gives `slots` >= the batch's real positions (`capacity`), so the loss is the full one.
+    Only the first `slots` real positions (row-major) are scored: the [positions, N] logits (or
+    [positions, M, V] code logits) are most of a step's work, and most positions of a short
+    history's window are padding. The caller gives `slots` >= the batch's real positions
+    (`capacity`), so the loss is the full one.
     """
-    model = nnx.merge(graphdef, params)
+    model = nnx.merge(graphdef, params) if consts is None else nnx.merge(graphdef, params, consts)
     h_BTD = model.hidden(batch["inputs"], dropout_key)
     B, T, D = h_BTD.shape
     w_P = batch["weights"].reshape(B * T)
     pos_S = jnp.nonzero(w_P, size=slots, fill_value=0)[0]
-    logits_SN = model.scores(h_BTD.reshape(B * T, D)[pos_S]).astype(jnp.float32)
     target_S = jnp.maximum(batch["targets"].reshape(B * T)[pos_S] - 1, 0)
-    nll_S = optax.softmax_cross_entropy_with_integer_labels(logits_SN, target_S)
+    nll_S = model.next_item_nll(h_BTD.reshape(B * T, D)[pos_S], target_S)
     count = w_P.sum()
     # Slots past the real count repeat position 0 (the fill value): weight 0.
     w_S = (jnp.arange(slots) < count).astype(jnp.float32)
@@ -135,48 +174,54 @@ def train_step(
     seed: int,
     state: TrainState,
     batch: dict,
+    consts: nnx.State,
     slots: int,
 ) -> tuple[TrainState, dict]:
     """One AdamW step; dropout keys derive from (seed, step) so a resumed run replays exactly."""
     key = jax.random.fold_in(jax.random.key(seed), state.step)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-    (loss, _), grads = grad_fn(state.params, graphdef, batch, key, slots)
+    (loss, _), grads = grad_fn(state.params, graphdef, batch, key, slots, consts)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), {"loss": loss}
 
 
-def new_state(cfg: SeqModelConfig, num_items: int, total_steps: int):
-    """(graphdef, optimizer, step-0 state) of a fresh SASRec."""
-    model = nnx.jit(lambda: SASRec(cfg, num_items, rngs=nnx.Rngs(cfg.seed)))()
-    graphdef, params = nnx.split(model)
+def new_state(
+    cfg: SeqModelConfig, num_items: int, total_steps: int, model: ModelSpec | None = None
+) -> tuple[nnx.GraphDef, optax.GradientTransformation, TrainState, nnx.State]:
+    """(graphdef, optimizer, step-0 state, untrained variables) of a fresh `model` (SASRec by
+    default): the optimizer updates the parameters alone."""
+    spec = sasrec_spec(cfg, num_items) if model is None else model
+    module = nnx.jit(lambda: spec.build(nnx.Rngs(cfg.seed)))()
+    graphdef, params, consts = nnx.split(module, nnx.Param, ...)
     tx = make_optimizer(cfg, total_steps)
     state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
-    return graphdef, tx, state
+    return graphdef, tx, state, consts
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames="k")
-def _rank(graphdef: nnx.GraphDef, params: Any, batch: Int[Array, "B T"], *, k: int):
+def _rank(graphdef: nnx.GraphDef, variables: Any, batch: Int[Array, "B T"], *, k: int):
     # Only the last position's state is scored: scoring all T positions and slicing the last one
     # costs T times the matmul (6.7x the time of a 10,000-user Sports validation, BENCHMARKS).
-    model = nnx.merge(graphdef, params)
+    model = nnx.merge(graphdef, variables)
     return jax.lax.top_k(model.scores(model.hidden(batch)[:, -1]), k)[1]
 
 
 def top_k(
     graphdef: nnx.GraphDef,
-    params: Any,
+    variables: Any,
     items: Int[np.ndarray, "U T"],
     *,
     k: int,
     batch_size: int,
     mesh: Mesh | None = None,
 ) -> Int[np.ndarray, "U k"]:
-    """The k best-scored catalog items after each history (full ranking, no item excluded);
-    batches go to the default device, or are split along `mesh`'s `data` axis."""
+    """The k best-scored catalog items after each history (full ranking, no item excluded) by
+    the model of `graphdef` and `variables` (its parameters and constants); batches go to the
+    default device, or are split along `mesh`'s `data` axis."""
     put = jax.device_put if mesh is None else functools.partial(sharding.put_batch, mesh=mesh)
     out = [
-        jax.device_get(_rank(graphdef, params, put(b), k=k))
+        jax.device_get(_rank(graphdef, variables, put(b), k=k))
         for b in padded_batches(items, batch_size=batch_size)
     ]
     return np.concatenate(out)[: len(items)]
@@ -194,21 +239,24 @@ def train_and_evaluate(
     valid_targets: Int[np.ndarray, " M"],
     num_items: int,
     *,
+    model: ModelSpec | None = None,
     stop_after: int | None = None,
     show_progress: bool = True,
 ) -> tuple[nnx.GraphDef, Any, dict]:
-    """Trains (resuming from workdir/checkpoints), validates Recall@10 every eval_every steps,
-    early-stops; returns (graphdef, the best parameters, summary)."""
+    """Trains `model` (SASRec by default; resuming from workdir/checkpoints), validates
+    Recall@10 every eval_every steps, early-stops; returns (graphdef, the best checkpoint's
+    variables: parameters and constants, summary)."""
     workdir = Path(workdir)
+    spec = sasrec_spec(cfg, num_items) if model is None else model
     source = HistorySource(train)
     steps_per_epoch = len(source) // cfg.batch_size
     if steps_per_epoch == 0:
-        raise ValueError(f"sasrec.batch_size={cfg.batch_size} exceeds {len(source)} users")
+        raise ValueError(f"{spec.section}.batch_size={cfg.batch_size} exceeds {len(source)} users")
     total = cfg.max_steps or cfg.num_epochs * steps_per_epoch
     iterator = iter(
         batches(source, NextItems(cfg.max_history), batch_size=cfg.batch_size, seed=cfg.seed)
     )
-    graphdef, tx, state = new_state(cfg, num_items, total)
+    graphdef, tx, state, consts = new_state(cfg, num_items, total, spec)
     mesh = sharding.make_mesh()
     sharding.check_batch_size(cfg.batch_size, mesh)
     trainer = Trainer(
@@ -217,10 +265,12 @@ def train_and_evaluate(
         tx,
         cfg.seed,
         mesh=mesh,
+        args={"consts": consts},
         static_argnames=("slots",),
         static_of=lambda b: {"slots": capacity(int(b["weights"].sum()), b["weights"].size)},
     )
-    arrays = (train.items, train.offsets, valid_histories.items, valid_targets)
+    consts = trainer.replicate(consts)
+    arrays = (train.items, train.offsets, valid_histories.items, valid_targets, *spec.arrays)
 
     def key_at_patience(patience: int) -> str:
         fields = dataclasses.asdict(dataclasses.replace(cfg, patience=patience))
@@ -231,14 +281,15 @@ def train_and_evaluate(
     run = Run(
         workdir,
         MODEL_FILE,
-        {"sasrec": dataclasses.asdict(cfg), "inputs": key_at_patience(cfg.patience)},
+        {spec.section: dataclasses.asdict(cfg), "inputs": key_at_patience(cfg.patience)},
         what="config or data",
-        patience_change=PatienceChange("sasrec", cfg.patience, key_at_patience),
+        patience_change=PatienceChange(spec.section, cfg.patience, key_at_patience),
     )
     valid_items = encode_items(valid_histories, cfg.max_history)
 
     def validate(state: TrainState) -> dict:
-        pred = top_k(graphdef, state.params, valid_items, k=10, batch_size=256, mesh=mesh)
+        variables = nnx.merge_state(state.params, consts)
+        pred = top_k(graphdef, variables, valid_items, k=10, batch_size=256, mesh=mesh)
         return {"valid_recall@10": _recall(pred, valid_targets)}
 
     # One log row per validation: the step's loss beside its recall.
@@ -253,11 +304,11 @@ def train_and_evaluate(
         score="valid_recall@10",
         row=lambda m: {"loss": float(m["loss"])},
         log_steps=False,
-        desc="sasrec",
+        desc=spec.section,
         show_progress=show_progress,
     )
     best = best_state(workdir, jax.eval_shape(lambda: fitted.state))
     summary = fitted.summary()
     if jax.process_index() == 0:
         atomic.write_json(workdir / SUMMARY_FILE, summary)
-    return graphdef, best.params, summary
+    return graphdef, nnx.merge_state(best.params, consts), summary

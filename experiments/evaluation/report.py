@@ -329,16 +329,27 @@ def write_report(cfg: Config, layout: RunLayout) -> list[Path]:
             parts.append(f"![{png.stem}]({png.name})")
             written.append(png)
         parts.append("")
+    # The generative retriever's leave-one-out results, then the item-position models ranked
+    # over the full catalog on the same split (SASRec, parallel codes) as rows of the same table.
+    warm = None
     if layout.warm_result.exists():
         warm = _read_result(layout.warm_result, "genret eval-warm")
         results[layout.warm_result.name] = warm
+    for path, command in (
+        (layout.sasrec_result, "genret sasrec"),
+        (layout.parallel_result, "genret parallel"),
+    ):
+        if not path.exists():
+            continue
+        other = _read_result(path, command)
+        results[path.name] = other
+        if warm is None:
+            warm = {"methods": {}, "history_excluded": {}}
+        warm["methods"].update(other["methods"])
+        if "history_excluded" in warm and "history_excluded" in other:
+            warm["history_excluded"].update(other["history_excluded"])
+    if warm is not None:
         warm["dataset"] = paper or cfg.data.dataset
-        if layout.sasrec_result.exists():  # the ID-based baseline, same split, full ranking
-            sasrec = _read_result(layout.sasrec_result, "genret sasrec")
-            results[layout.sasrec_result.name] = sasrec
-            warm["methods"].update(sasrec["methods"])
-            if "history_excluded" in warm and "history_excluded" in sasrec:
-                warm["history_excluded"].update(sasrec["history_excluded"])
         parts += ["## Leave-one-out (TIGER benchmark)\n", warm_table(warm), ""]
     parts += _run_section(cfg, layout, results)
     atomic.write_text(layout.report, "\n".join(parts) + "\n")

@@ -208,6 +208,25 @@ class RunLayout:
         """`genret sasrec --validation`: every user's second-to-last item (tuning)."""
         return self.results / "validation_sasrec.json"
 
+    @property
+    def parallel(self) -> Path:
+        """The parallel-codes retriever's checkpoints, training summary and item codes."""
+        return self.root / "parallel_loo"
+
+    @property
+    def parallel_codes(self) -> Path:
+        """Its items' product-quantization codes, [N, parallel.num_codes] int32."""
+        return self.parallel / "pq_codes.npy"
+
+    @property
+    def parallel_result(self) -> Path:
+        return self.results / "parallel.json"
+
+    @property
+    def validation_parallel_result(self) -> Path:
+        """`genret parallel --validation`: every user's second-to-last item (tuning)."""
+        return self.results / "validation_parallel.json"
+
     def diagnose_result(self, fraction: float) -> Path:
         return self.results / f"validation_diagnose_{fraction:g}.json"
 

@@ -30,6 +30,7 @@ from experiments.pipeline.artifacts import (
     split_examples,
 )
 from experiments.pipeline.layout import RunLayout, Split
+from seqmodel.config import SeqModelConfig
 
 # Where the real files live on development machines and in CI (see README).
 DEFAULT_AMAZON_ROOT = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "amazon2014"
@@ -71,14 +72,18 @@ def prepare(cfg: Config, layout: RunLayout, *, progress: bool = True) -> Written
     return Written((out,), {"prepared": str(out), **summary})
 
 
+def _offline_models() -> None:
+    """MiniLM loads from the model files inside its package; never ask a hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
 def train_tokenizer(cfg: Config, layout: RunLayout, *, progress: bool = True) -> Written:
     """Item texts -> embeddings -> RQ-VAE -> SIDs of every item, in the tokenizer directory."""
     from rqvae.pipeline import summary, tokenize_catalog
 
     ds = load_dataset(layout)
-    # MiniLM loads from the model files inside its package; never ask a hub.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    _offline_models()
     # It reads only what every split of this run trains on; a leave-one-out run ranks the items
     # it leaves out by their first training interaction, a cold-start run leaves the cold set out.
     fractions = cfg.eval.cold_start_fractions if cfg.eval.cold else ()
@@ -190,55 +195,130 @@ def sasrec(
     user's last two items, early-stopped on a sample of second-to-last items, then ranked over
     the full catalog for every test user (Recall/NDCG@5/10); with `validation`, for every
     user's second-to-last item instead, and the test targets are not read."""
+    out = layout.validation_sasrec_result if validation else layout.sasrec_result
+    return _next_item_model(
+        cfg,
+        layout,
+        cfg.sasrec,
+        layout.sasrec,
+        out,
+        "sasrec",
+        validation=validation,
+        progress=progress,
+    )
+
+
+def parallel(
+    cfg: Config, layout: RunLayout, *, validation: bool = False, progress: bool = True
+) -> Written:
+    """The parallel-codes retriever (RPG) on TIGER's leave-one-out split, as `sasrec` trains and
+    ranks SASRec: item text embeddings (rqvae.embedder, cached in WORKDIR/embeddings) -> product
+    quantization into `parallel.num_codes` codes per item (WORKDIR/parallel_loo/pq_codes.npy)
+    -> training -> full-catalog ranking of every test (`validation`: validation) user."""
+    from rqvae.embed import embed_texts
+    from rqvae.pq import code_stats, fit_product_quantizer
+    from seqmodel.parallel import parallel_spec
+
+    seq = cfg.parallel
+    ds = load_dataset(layout)
+    _offline_models()
+    x = embed_texts(ds.catalog.texts, cfg.rqvae, layout.embeddings)
+    pq = fit_product_quantizer(
+        x,
+        num_codes=seq.num_codes,
+        codebook_size=seq.codebook_size,
+        pca_dim=seq.pca_dim,
+        seed=seq.seed,
+    )
+    codes = pq.encode(x)
+    if jax.process_index() == 0:
+        atomic.save_npy(layout.parallel_codes, codes)
+    out = layout.validation_parallel_result if validation else layout.parallel_result
+    codes_summary = {
+        **code_stats(codes),
+        "embedder": cfg.rqvae.embedder,
+        "pca_explained_variance_ratio": pq.explained_variance_ratio,
+    }
+    return _next_item_model(
+        cfg,
+        layout,
+        seq,
+        layout.parallel,
+        out,
+        "parallel_codes",
+        model=parallel_spec(seq, codes),
+        extra={"codes": codes_summary},
+        validation=validation,
+        progress=progress,
+    )
+
+
+def _next_item_model(
+    cfg: Config,
+    layout: RunLayout,
+    seq: SeqModelConfig,
+    run_dir: Path,
+    out: Path,
+    method: str,
+    *,
+    model=None,
+    extra: dict | None = None,
+    validation: bool,
+    progress: bool,
+) -> Written:
+    """Trains (or resumes) a next-item model of seqmodel.sasrec's harness in `run_dir` (`model`:
+    a ModelSpec; None: SASRec) on TIGER's leave-one-out split, early-stopped on a sample of
+    second-to-last items, ranks the full catalog after every test user's history (validation:
+    every user's second-to-last item; the test targets are not read) and writes `out`: the
+    ranking metrics of `method`, the same without history items, the training summary."""
     from data.splits import holdout_rows, leave_one_out, outside_holdouts
     from experiments.evaluation import metrics
     from seqmodel import sasrec as sasrec_lib
 
     ds = load_dataset(layout)
     split = leave_one_out(ds)
-    seq = cfg.sasrec
     rows = holdout_rows(len(split.valid_targets), seq.eval_users, seq.seed)
     valid_h = Histories.from_lists([split.valid_histories[int(i)] for i in rows])
-    graphdef, params, summary = sasrec_lib.train_and_evaluate(
+    graphdef, variables, summary = sasrec_lib.train_and_evaluate(
         seq,
-        layout.sasrec,
+        run_dir,
         split.train,
         valid_h,
         split.valid_targets[rows],
         len(ds.catalog),
+        model=model,
         show_progress=progress,
     )
     if validation:
         histories, targets = split.valid_histories, split.valid_targets
-        out = layout.validation_sasrec_result
     else:
         histories, targets = split.test_histories, split.test_targets
-        out = layout.sasrec_result
     start = time.perf_counter()
     ranked = sasrec_lib.encode_items(histories, seq.max_history)
-    pred = sasrec_lib.top_k(graphdef, params, ranked, k=10, batch_size=256)
+    pred = sasrec_lib.top_k(graphdef, variables, ranked, k=10, batch_size=256)
     seconds = (time.perf_counter() - start) / len(pred)
     # The top 10 among the items not in the user's history (S3-Rec's full-sort protocol, whose
     # SASRec numbers TIGER's Table 1 quotes): one interaction per user and item, so a history
     # item is never a target.
     wide = min(metrics.unseen_depth(histories, 10), len(ds.catalog))
     unseen = metrics.drop_seen(
-        sasrec_lib.top_k(graphdef, params, ranked, k=wide, batch_size=256), histories, 10
+        sasrec_lib.top_k(graphdef, variables, ranked, k=wide, batch_size=256), histories, 10
     )
     result = {
         "dataset": cfg.data.dataset,
         "split": "validation" if validation else "test",
         "num_test_users": int(len(pred)),
         "methods": {
-            "sasrec": {
+            method: {
                 **metrics.ranking_metrics(pred, targets, ks=(5, 10), ndcg_ks=(5, 10)),
                 "latency_ms_median": 1000 * seconds,
             }
         },
         "history_excluded": {
-            "sasrec": metrics.ranking_metrics(unseen, targets, ks=(5, 10), ndcg_ks=(5, 10))
+            method: metrics.ranking_metrics(unseen, targets, ks=(5, 10), ndcg_ks=(5, 10))
         },
         "train": summary,
+        **(extra or {}),
         "seed": seq.seed,
         "environment": environment(),
     }
@@ -249,7 +329,7 @@ def sasrec(
         outside = outside_holdouts(np.arange(len(targets)), rows)
         result["outside_holdout"] = {
             "num_users": int(len(outside)),
-            "sasrec": metrics.ranking_metrics(
+            method: metrics.ranking_metrics(
                 pred[outside], targets[outside], ks=(5, 10), ndcg_ks=(5, 10)
             ),
         }

@@ -16,28 +16,33 @@ from experiments.pipeline.artifacts import load_json_result, load_retriever
 from experiments.pipeline.layout import RunLayout, Split
 from experiments.pipeline.ledger import Ledger, Stage, one_line, stage_keys
 from rqvae.config import identity_fields as rqvae_identity_fields
+from rqvae.embed import embedding_fields
 from seqmodel.config import identity_fields
 
 # Eval fields that choose which stages run, not what a stage computes: in no key.
-_STAGE_CHOICE_FIELDS = ("cold", "warm", "warm_preset", "sasrec")
+_STAGE_CHOICE_FIELDS = ("cold", "warm", "warm_preset", "sasrec", "parallel")
 # The prefix of the leave-one-out part's stages when it runs as another preset (eval.warm_preset).
 WARM_RUN_PREFIX = "loo/"
 
 
 def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> list[ledger.Stage]:
-    """Tokenizer, per-fraction retrievers and evaluations, leave-one-out, with their keys."""
+    """Tokenizer, per-fraction retrievers and evaluations, leave-one-out, the item-position
+    models (SASRec, parallel codes), with their keys; the tokenizer only where a stage reads
+    its SIDs or its key."""
     # The prepared data enter the keys by their content key: two writes of the same records
     # differ in bytes.
     rq = rqvae_identity_fields(cfg.rqvae)
-    out = [
-        ledger.Stage(
-            "tokenizer",
-            (stored_key(layout.prepared), rq),
-            (layout.sids,),
-            lambda: stages.train_tokenizer(cfg, layout, progress=progress),
-            check=lambda: stages.load_sids(cfg, layout, stages.load_dataset(layout)),
+    out = []
+    if cfg.eval.cold or cfg.eval.warm or cfg.eval.sasrec:
+        out.append(
+            ledger.Stage(
+                "tokenizer",
+                (stored_key(layout.prepared), rq),
+                (layout.sids,),
+                lambda: stages.train_tokenizer(cfg, layout, progress=progress),
+                check=lambda: stages.load_sids(cfg, layout, stages.load_dataset(layout)),
+            )
         )
-    ]
     seq = identity_fields(cfg.seqmodel)
     # Each evaluation's key holds the eval fields it reads: the cold-start ones never read
     # warm_*, the leave-one-out one never reads cold_*.
@@ -100,6 +105,22 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
                 lambda: stages.sasrec(cfg, layout, progress=progress),
                 after=("tokenizer",),  # only the prepared dataset, which the tokenizer key holds
                 check=lambda: load_json_result(layout.sasrec_result),
+                alone=True,  # latency per user
+            )
+        )
+    if cfg.eval.parallel:
+        out.append(
+            ledger.Stage(
+                "parallel",
+                (
+                    stored_key(layout.prepared),
+                    embedding_fields(cfg.rqvae),
+                    identity_fields(cfg.parallel),
+                ),
+                (layout.parallel_result,),
+                lambda: stages.parallel(cfg, layout, progress=progress),
+                after=(),  # the prepared dataset and the text embeddings, both in its key
+                check=lambda: load_json_result(layout.parallel_result),
                 alone=True,  # latency per user
             )
         )
