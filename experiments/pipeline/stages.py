@@ -212,9 +212,11 @@ def parallel(
     cfg: Config, layout: RunLayout, *, validation: bool = False, progress: bool = True
 ) -> Written:
     """The parallel-codes retriever (RPG) on TIGER's leave-one-out split, as `sasrec` trains and
-    ranks SASRec: item text embeddings (rqvae.embedder, cached in WORKDIR/embeddings) -> product
+    ranks SASRec: item text embeddings (rqvae.embedder, cached in WORKDIR/embeddings; with
+    rqvae.cf_dim, beside the co-occurrence part the tokenizer would add) -> product
     quantization into `parallel.num_codes` codes per item (WORKDIR/parallel_loo/pq_codes.npy)
     -> training -> full-catalog ranking of every test (`validation`: validation) user."""
+    from rqvae.cooc import cooccurrence_vectors, with_cooccurrence
     from rqvae.embed import embed_texts
     from rqvae.pq import code_stats, fit_product_quantizer
     from seqmodel.parallel import parallel_spec
@@ -223,6 +225,17 @@ def parallel(
     ds = load_dataset(layout)
     _offline_models()
     x = embed_texts(ds.catalog.texts, cfg.rqvae, layout.embeddings)
+    if cfg.rqvae.cf_dim:
+        # The tokenizer's collaborative part, from the interactions leave-one-out trains on.
+        cf, _ = cooccurrence_vectors(
+            splits.tokenizer_histories(ds, ()),
+            x,
+            np.zeros(len(x), bool),
+            dim=cfg.rqvae.cf_dim,
+            window=cfg.rqvae.cf_window,
+            seed=cfg.rqvae.seed,
+        )
+        x = with_cooccurrence(x, cf, cfg.rqvae.cf_weight)
     pq = fit_product_quantizer(
         x,
         num_codes=seq.num_codes,
@@ -237,6 +250,7 @@ def parallel(
     codes_summary = {
         **code_stats(codes),
         "embedder": cfg.rqvae.embedder,
+        "cf_dim": cfg.rqvae.cf_dim,
         "pca_explained_variance_ratio": pq.explained_variance_ratio,
     }
     return _next_item_model(

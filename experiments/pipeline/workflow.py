@@ -115,6 +115,7 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
                 (
                     stored_key(layout.prepared),
                     embedding_fields(cfg.rqvae),
+                    _cooccurrence_fields(cfg.rqvae),
                     identity_fields(cfg.parallel),
                 ),
                 (layout.parallel_result,),
@@ -125,6 +126,18 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
             )
         )
     return out
+
+
+def _cooccurrence_fields(rq) -> dict:
+    """The tokenizer fields that decide the parallel codes' collaborative part (none without)."""
+    if not rq.cf_dim:
+        return {}
+    return {
+        "cf_dim": rq.cf_dim,
+        "cf_weight": rq.cf_weight,
+        "cf_window": rq.cf_window,
+        "seed": rq.seed,
+    }
 
 
 def _warm_run_stages(cfg: Config, layout: RunLayout, *, progress: bool) -> list[ledger.Stage]:

@@ -91,6 +91,38 @@ def test_single_presets_run_the_parallel_stage_alone(tmp_path, name):
     assert build_stages(other, layout, progress=False)[0].key_parts == stages[0].key_parts
     other = config_lib.apply_overrides(cfg, ["parallel.temperature=0.05"])
     assert build_stages(other, layout, progress=False)[0].key_parts != stages[0].key_parts
+    # The co-occurrence part enters it once the codes read one.
+    other = config_lib.apply_overrides(cfg, ["rqvae.cf_weight=0.3"])
+    assert build_stages(other, layout, progress=False)[0].key_parts == stages[0].key_parts
+    with_cf = config_lib.apply_overrides(cfg, ["rqvae.cf_dim=8"])
+    keys = build_stages(with_cf, layout, progress=False)[0].key_parts
+    assert keys != stages[0].key_parts
+    other = config_lib.apply_overrides(with_cf, ["rqvae.cf_weight=0.3"])
+    assert build_stages(other, layout, progress=False)[0].key_parts != keys
+
+
+def test_codes_with_the_cooccurrence_part_read_no_held_out_item(workdir: Path, monkeypatch):
+    """rqvae.cf_dim > 0: the codes quantize [text, co-occurrence], the co-occurrence counted on
+    the training part only (each user's last two items left out)."""
+    from rqvae import cooc
+
+    seen = {}
+    real = cooc.cooccurrence_vectors
+
+    def spy(histories, text, excluded, **kw):
+        seen["histories"], seen["excluded"] = histories, excluded
+        return real(histories, text, excluded, **kw)
+
+    monkeypatch.setattr(cooc, "cooccurrence_vectors", spy)
+    w = str(workdir)
+    argv = ["parallel", "--workdir", w, "--no-progress", "--validation", *FAST]
+    assert cli.main([*argv, "--set", "rqvae.cf_dim=4"]) == 0
+    split = leave_one_out(load_prepared(workdir / "prepared"))
+    h = seen["histories"]
+    assert len(h.items) == len(split.train.items) and not seen["excluded"].any()
+    np.testing.assert_array_equal(h.items, split.train.items)
+    res = json.loads((workdir / "results" / "validation_parallel.json").read_text())
+    assert res["codes"]["cf_dim"] == 4
 
 
 def test_a_config_json_without_the_parallel_section_loads(tmp_path):
