@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 
 from data.splits import (
+    ColdStartSplit,
     cold_start_split,
     holdout_last,
     holdout_rows,
@@ -27,6 +28,28 @@ class RetrieverData:
     allowed: np.ndarray  # bool [N]: items a validation beam may return (the non-cold ones)
 
 
+@dataclasses.dataclass(frozen=True)
+class ColdStartHistories:
+    """What a model of a cold-start split trains and early-stops on, by item index."""
+
+    split: ColdStartSplit
+    train: Histories  # split.train less the holdout's last items
+    valid_histories: Histories  # the holdout users' training histories before their last item
+    valid_targets: np.ndarray  # int32 [M]: those last items (warm, never a test interaction)
+
+
+def cold_start_histories(
+    ds: InteractionData, *, fraction: float, eval_users: int, seed: int, validation: bool = False
+) -> ColdStartHistories:
+    """The split's training histories (no cold item; each test user cut before their target)
+    minus the last items of a seeded sample of `eval_users` users (>= 3 items), which validate:
+    what every model of a cold-start split sees (validation=True: of the tuning split,
+    data.splits.validation_split)."""
+    split = (validation_split if validation else cold_start_split)(ds, fraction)
+    train, valid_h, valid_t = holdout_last(split.train, max_users=eval_users, seed=seed)
+    return ColdStartHistories(split, train, valid_h, valid_t)
+
+
 def cold_start_examples(
     ds: InteractionData,
     sids: np.ndarray,
@@ -43,15 +66,16 @@ def cold_start_examples(
     validation=True trains for the tuning protocol (data.splits.validation_split): the real cold
     items are gone and the newest remaining items play the cold set.
     """
-    split = (validation_split if validation else cold_start_split)(ds, fraction)
-    train, valid_h, valid_t = holdout_last(split.train, max_users=eval_users, seed=seed)
+    h = cold_start_histories(
+        ds, fraction=fraction, eval_users=eval_users, seed=seed, validation=validation
+    )
     return RetrieverData(
         sids=np.asarray(sids, np.int32),
         codebook_size=codebook_size,
-        train=train,
-        valid_histories=valid_h,
-        valid_targets=valid_t,
-        allowed=~split.cold_mask,
+        train=h.train,
+        valid_histories=h.valid_histories,
+        valid_targets=h.valid_targets,
+        allowed=~h.split.cold_mask,
     )
 
 

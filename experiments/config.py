@@ -51,6 +51,12 @@ class EvalConfig:
     # for STATIC and cold_hybrid_weight times that for the content neighbour. 0: off.
     cold_hybrid_weight: float = 0.0
     cold_hybrid_offset: float = 60.0
+    # The parallel-codes retriever over the cold set (method `parallel`): for each fraction, RPG's
+    # model (the `parallel` section) trained on the split's training histories
+    # (WORKDIR/parallel_cold_<p>) scores every cold item by its text's codes, exactly over the
+    # cold set; with cold_hybrid_weight, also `parallel_content`, its ranking fused with the
+    # content neighbour's as `hybrid` fuses STATIC's. Needs eval.cold.
+    cold_parallel: bool = False
     # Leave-one-out beam scores (eval-warm): the joint log-probability minus this multiple of the
     # training log prior of the first `warm_prior_levels` codes, a popularity correction for a
     # retriever that under-ranks rarely bought items. Plain STATIC is also reported when set.
@@ -271,6 +277,8 @@ def validate(cfg: Config) -> Config:
             f"eval.warm_ensemble_seeds={seeds}: give distinct seeds >= 0, other than "
             f"seqmodel.seed={cfg.seqmodel.seed} (the main retriever's)"
         )
+    if cfg.eval.cold_parallel and not cfg.eval.cold:
+        raise ArgumentError("eval.cold_parallel: needs eval.cold=true (it joins eval-cold-start)")
     _at_least(cfg, "parallel", ("num_epochs", "patience", "eval_users"), 1)
     _at_least(cfg, "parallel", ("warmup_steps", "max_steps"), 0)
     if not cfg.parallel.learning_rate > 0:
@@ -309,7 +317,9 @@ def warm_run_config(cfg: Config) -> Config:
             f"eval.warm_preset={name}: that preset sets eval.warm_preset={warm.eval.warm_preset} "
             "itself; name the preset that runs leave-one-out on its own tokenizer"
         )
-    ev = dataclasses.replace(warm.eval, warm=True, cold=False, sasrec=False, parallel=False)
+    ev = dataclasses.replace(
+        warm.eval, warm=True, cold=False, cold_parallel=False, sasrec=False, parallel=False
+    )
     return validate(dataclasses.replace(warm, data=cfg.data, eval=ev))
 
 

@@ -2,12 +2,16 @@
 embeddings; M heads predict the next item's M codes at once, each a cosine softmax over its own
 code table; an item's score is its codes' mean log-probability, over the whole catalog."""
 
+import functools
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from data.pipeline import padded_batches
 from seqmodel.config import ParallelCodesConfig
 from seqmodel.model import DecoderBlock, RMSNorm
 from seqmodel.sasrec import PAD_ITEM, ModelSpec, item_states
@@ -77,6 +81,16 @@ class ParallelCodes(nnx.Module):
         # One [*B, N] gather per head, not a [*B, N, M] array.
         return sum(logp_BMV[..., j, :][..., codes_NM[:, j]] for j in range(M)) / M
 
+    def scores_among(
+        self, h: Float[Array, "*B D"], items: Int[Array, " C"]
+    ) -> Float[Array, "*B C"]:
+        """`scores(h)[..., items]`, gathering the codes of `items` (catalog indices) alone: a
+        cold set's scores cost C gathers per head, not N."""
+        logp_BMV = jax.nn.log_softmax(self.code_logits(h).astype(jnp.float32), axis=-1)
+        codes_CM = self.codes[...][items]
+        M = codes_CM.shape[1]
+        return sum(logp_BMV[..., j, :][..., codes_CM[:, j]] for j in range(M)) / M
+
     def next_item_nll(self, h: Float[Array, "S D"], items: Int[Array, " S"]) -> Float[Array, " S"]:
         """The mean over the heads of -log p(the item's code): RPG's loss."""
         logp_SMV = jax.nn.log_softmax(self.code_logits(h).astype(jnp.float32), axis=-1)
@@ -95,3 +109,43 @@ def parallel_spec(cfg: ParallelCodesConfig, codes: Int[np.ndarray, "N M"]) -> Mo
     enter the run's inputs fingerprint."""
     codes = np.ascontiguousarray(codes, np.int32)
     return ModelSpec("parallel", lambda rngs: ParallelCodes(cfg, codes, rngs=rngs), (codes,))
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames="k")
+def _rank_among(
+    graphdef: nnx.GraphDef,
+    variables: Any,
+    batch: Int[Array, "B T"],
+    items: Int[Array, " C"],
+    *,
+    k: int,
+) -> Int[Array, "B k"]:
+    # The last position's state alone, as sasrec._rank.
+    model = nnx.merge(graphdef, variables)
+    return jax.lax.top_k(model.scores_among(model.hidden(batch)[:, -1], items), k)[1]
+
+
+def top_k_among(
+    graphdef: nnx.GraphDef,
+    variables: Any,
+    histories: Int[np.ndarray, "U T"],
+    items: Int[np.ndarray, " C"],
+    *,
+    k: int,
+    batch_size: int,
+) -> Int[np.ndarray, "U k"]:
+    """The k best-scored of `items` (catalog indices, such as a cold set) after each encoded
+    history (sasrec.encode_items), exact over the whole set, as catalog indices; -1 pads the
+    columns past C."""
+    items = np.asarray(items, np.int32)
+    if items.ndim != 1 or not len(items):
+        raise ValueError(f"items: expected a non-empty 1-D array, got shape {items.shape}")
+    kk = min(k, len(items))
+    on_device = jax.device_put(items)
+    pos = [
+        jax.device_get(_rank_among(graphdef, variables, jax.device_put(b), on_device, k=kk))
+        for b in padded_batches(histories, batch_size=batch_size)
+    ]
+    out = np.full((len(histories), k), -1, np.int64)
+    out[:, :kk] = items[np.concatenate(pos)[: len(histories)]]
+    return out

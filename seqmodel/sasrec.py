@@ -4,6 +4,7 @@ positions and ranks the full catalog with it (SASRec, or seqmodel.parallel's Par
 
 import dataclasses
 import functools
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,14 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Bool, Float, Int
 
 from data import atomic
+from data.errors import ArtifactError
 from data.fingerprint import fingerprint
 from data.pipeline import HistorySource, batches, padded_batches
 from data.types import Histories
 from seqmodel import sharding
+from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import SeqModelConfig
-from seqmodel.files import MODEL_FILE, SUMMARY_FILE
+from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE, SUMMARY_FILE
 from seqmodel.model import DecoderBlock, RMSNorm, dropout
 from seqmodel.state import TrainState, make_optimizer
 from seqmodel.trainer import PatienceChange, Run, Schedule, Trainer, best_state
@@ -231,6 +234,17 @@ def _recall(pred: np.ndarray, targets: np.ndarray) -> float:
     return float((pred == targets[:, None]).any(1).mean())
 
 
+def _input_arrays(
+    train: Histories, valid_histories: Histories, valid_targets: np.ndarray, spec: ModelSpec
+) -> tuple[np.ndarray, ...]:
+    return (train.items, train.offsets, valid_histories.items, valid_targets, *spec.arrays)
+
+
+def _inputs_key(cfg: SeqModelConfig, num_items: int, arrays: tuple[np.ndarray, ...]) -> str:
+    """A run's inputs fingerprint (its info file's `inputs`): config, catalog size, data."""
+    return fingerprint(dataclasses.asdict(cfg), num_items, arrays=arrays)
+
+
 def train_and_evaluate(
     cfg: SeqModelConfig,
     workdir: Path | str,
@@ -270,11 +284,10 @@ def train_and_evaluate(
         static_of=lambda b: {"slots": capacity(int(b["weights"].sum()), b["weights"].size)},
     )
     consts = trainer.replicate(consts)
-    arrays = (train.items, train.offsets, valid_histories.items, valid_targets, *spec.arrays)
+    arrays = _input_arrays(train, valid_histories, valid_targets, spec)
 
     def key_at_patience(patience: int) -> str:
-        fields = dataclasses.asdict(dataclasses.replace(cfg, patience=patience))
-        return fingerprint(fields, num_items, arrays=arrays)
+        return _inputs_key(dataclasses.replace(cfg, patience=patience), num_items, arrays)
 
     # The retriever's policy: other inputs retrain from scratch (one line), else resume, with the
     # metrics log cut back to the restored step; a new patience alone resumes the same run.
@@ -312,3 +325,43 @@ def train_and_evaluate(
     if jax.process_index() == 0:
         atomic.write_json(workdir / SUMMARY_FILE, summary)
     return graphdef, nnx.merge_state(best.params, consts), summary
+
+
+def load_trained(
+    cfg: SeqModelConfig,
+    workdir: Path | str,
+    train: Histories,
+    valid_histories: Histories,
+    valid_targets: Int[np.ndarray, " M"],
+    num_items: int,
+    *,
+    model: ModelSpec | None = None,
+    rebuild: str,
+) -> tuple[nnx.GraphDef, Any]:
+    """(graphdef, the best checkpoint's variables) of the finished run that `train_and_evaluate`
+    made in `workdir` from exactly these arguments, restored read-only, never trained; else an
+    ArtifactError naming `workdir` and `rebuild`, the command that trains it."""
+    workdir = Path(workdir)
+    spec = sasrec_spec(cfg, num_items) if model is None else model
+    try:
+        info = json.loads((workdir / MODEL_FILE).read_text())
+    except (OSError, ValueError):
+        info = None
+    if not isinstance(info, dict) or not (workdir / SUMMARY_FILE).is_file():
+        raise ArtifactError(f"{workdir}: no finished {spec.section} run; train it: `{rebuild}`")
+    arrays = _input_arrays(train, valid_histories, valid_targets, spec)
+    if info.get("inputs") != _inputs_key(cfg, num_items, arrays):
+        raise ArtifactError(
+            f"{workdir}: trained on other data or another {spec.section} config than these (its "
+            f"inputs fingerprint differs); retrain it: `{rebuild}`"
+        )
+    # The optimizer's state has the same shape whatever the schedule's length.
+    graphdef, _, state, consts = new_state(cfg, num_items, 1, spec)
+    ckpts = Checkpoints(workdir / CHECKPOINTS_DIR, read_only=True, rebuild=rebuild)
+    try:
+        best = ckpts.restore_best_params(jax.eval_shape(lambda: state))
+    except FileNotFoundError as e:
+        raise ArtifactError(f"{e}: `{rebuild}`") from None
+    finally:
+        ckpts.close()
+    return graphdef, nnx.merge_state(best.params, consts)

@@ -4,6 +4,8 @@ that split.
 
 Writes WORKDIR/results/cold_start_<p>.json (Recall@1/5/10, NDCG@10, valid and cold rates, latency
 per user, STATIC's overhead over unconstrained decoding measured in the same run), prints a table.
+With eval.cold_parallel=true it also ranks the cold set with the split's parallel-codes retriever
+(method `parallel`; trained by `genret train-retriever --cold-start P --parallel`).
 `--decoder nezha` (drafts verified against the cold set) or `nezha-static` (STATIC over the cold
 set masks every draft level) decodes with a draft head instead and writes
 WORKDIR/results/nezha[_static]_cold_start_<p>.json.

@@ -5,6 +5,9 @@ Reads W/prepared (`genret prepare`) and W/tokenizer (`genret train-tokenizer`); 
 W/retriever_cold_<p>/ or W/retriever_loo/: checkpoints (best + latest), metrics.jsonl, loss.png,
 train_summary.json. Validation: next-item Recall@K by beam search on held-out training items (no
 test target is used). Rerunning the same command resumes from the latest checkpoint.
+With --parallel (cold or cold-val): the parallel-codes retriever of that split instead (the
+`parallel` section, on the same histories; W/parallel_cold_<p>/), whose cold-set ranking
+eval-cold-start reports as `parallel` under eval.cold_parallel=true.
 """
 
 import argparse
@@ -34,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --split cold or cold-val (required): fraction of newest items held out, in "
         "(0, 0.5], e.g. 0.02",
     )
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="train the split's parallel-codes retriever (needs --cold-start) instead",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument(
         "--distributed",
@@ -49,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = common.resolve_config(args, layout)
     if args.distributed:
         jax.distributed.initialize()
-    written = stages.train_retriever(cfg, layout, split, progress=not args.no_progress)
+    train = stages.train_parallel_cold if args.parallel else stages.train_retriever
+    written = train(cfg, layout, split, progress=not args.no_progress)
     stages.save_config(cfg, layout)
     print(json.dumps(written.summary, indent=2))
     return 0

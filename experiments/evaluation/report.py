@@ -43,9 +43,13 @@ CONTENT_PRIOR = "static_content"
 COOCCURRENCE_PRIOR = "static_cooccurrence"
 # STATIC's beams and the content neighbour's ranking fused (eval.cold_hybrid_weight).
 HYBRID = "hybrid"
+# The parallel-codes retriever over the cold set, and its fusion with the content neighbour
+# (eval.cold_parallel).
+PARALLEL = "parallel"
+PARALLEL_CONTENT = "parallel_content"
 # Reported where every result has it: the content nearest neighbour (no model), plain STATIC,
-# STATIC with the content prior, and the hybrid.
-OPTIONAL = ("content", PLAIN, CONTENT_PRIOR, HYBRID)
+# STATIC with the content prior, the hybrid, the parallel-codes retriever and its fusion.
+OPTIONAL = ("content", PLAIN, CONTENT_PRIOR, HYBRID, PARALLEL, PARALLEL_CONTENT)
 
 
 def _methods(results: list[dict]) -> tuple[str, ...]:
@@ -76,7 +80,8 @@ def scoring_note(results: list[dict]) -> str:
         if parts:
             notes.append(f"{r['cold_start_fraction']:g}: {', '.join(parts)}")
     tfidf = any(r.get("content_vectors") == "tfidf" for r in results)
-    if not notes and not tfidf:
+    parallel = any(PARALLEL in r["methods"] for r in results)
+    if not notes and not tfidf and not parallel:
         return ""
     text = (
         "Beam scores of `unconstrained` and `static` (eval.cold_prior_weight, "
@@ -98,6 +103,18 @@ def scoring_note(results: list[dict]) -> str:
             f" `{HYBRID}` fuses `static`'s beams and the content neighbour's ranking by weighted "
             "reciprocal rank (eval.cold_hybrid_weight, eval.cold_hybrid_offset), as LIGER fuses "
             "dense and generative retrieval."
+        )
+    if parallel:
+        text += (
+            f" `{PARALLEL}` is the parallel-codes retriever (RPG; the `parallel` section) trained "
+            "on the split's training histories, ranking the whole cold set by each item's "
+            "text codes (eval.cold_parallel)"
+            + (
+                f"; `{PARALLEL_CONTENT}` fuses its ranking with the content neighbour's as "
+                f"`{HYBRID}` does."
+                if any(PARALLEL_CONTENT in r["methods"] for r in results)
+                else "."
+            )
         )
     if tfidf:
         text += (

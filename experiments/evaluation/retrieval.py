@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
+from jaxtyping import Int
 
 from data import atomic
 from data.environment import environment
@@ -48,10 +49,17 @@ from experiments.evaluation.baselines import (
     rank_fusion,
 )
 from experiments.evaluation.decode import Decoded
-from experiments.evaluation.report import CONTENT_PRIOR, COOCCURRENCE_PRIOR, HYBRID
+from experiments.evaluation.report import (
+    CONTENT_PRIOR,
+    COOCCURRENCE_PRIOR,
+    HYBRID,
+    PARALLEL,
+    PARALLEL_CONTENT,
+)
 from experiments.pipeline.artifacts import (
     evaluated_checkpoint,
     load_dataset,
+    load_parallel_cold,
     load_retriever,
     load_sids,
     own_leave_one_out,
@@ -350,11 +358,30 @@ def hybrid_metrics(
     """The LIGER-style hybrid: STATIC's valid beams and the content neighbour's top-K over the
     cold set fused by weighted reciprocal rank (eval.cold_hybrid_weight, _offset); its latency is
     STATIC's plus the content neighbour's."""
+    ranking = np.where(static.valid, static.items, -1)
+    return _fused_metrics(
+        eval_cfg, ranking, static.seconds_per_user, emb, histories, split, targets
+    )
+
+
+def _fused_metrics(
+    eval_cfg: EvalConfig,
+    ranking: Int[np.ndarray, "U K"],
+    seconds_per_user: np.ndarray,
+    emb: np.ndarray,
+    histories: Histories,
+    split: ColdStartSplit,
+    targets: np.ndarray,
+) -> dict:
+    """A model's cold-set ranking (-1: padding) and the content neighbour's top-K fused by
+    weighted reciprocal rank (weight 1 for the model's, eval.cold_hybrid_weight for the content
+    neighbour's, offset eval.cold_hybrid_offset); its latency is the model's
+    (`seconds_per_user`) plus the content neighbour's."""
     K = eval_cfg.beam_size
     start = time.perf_counter()
     content = content_ranking(emb, histories, split.cold_items, k=K)
     fused = rank_fusion(
-        [np.where(static.valid, static.items, -1), content],
+        [ranking, content],
         [1.0, eval_cfg.cold_hybrid_weight],
         offset=eval_cfg.cold_hybrid_offset,
         k=K,
@@ -364,8 +391,48 @@ def hybrid_metrics(
     out["valid_rate"] = out["cold_rate"] = float(
         np.isin(fused[fused >= 0], split.cold_items).mean()
     )
-    out.update(metrics.latency_summary(static.seconds_per_user + seconds))
+    out.update(metrics.latency_summary(seconds_per_user + seconds))
     return out
+
+
+def parallel_methods(
+    eval_cfg: EvalConfig,
+    model: tuple,
+    max_history: int,
+    emb: np.ndarray,
+    histories: Histories,
+    split: ColdStartSplit,
+    targets: np.ndarray,
+    *,
+    batch_size: int,
+) -> dict:
+    """`parallel` (eval.cold_parallel): the top eval.beam_size cold items by the parallel-codes
+    retriever `model` ((graphdef, variables), artifacts.load_parallel_cold) after each
+    evaluated user's history (its last `max_history` items), exact over the whole cold set; with
+    eval.cold_hybrid_weight also `parallel_content`, that ranking fused with the content
+    neighbour's as `hybrid` fuses STATIC's."""
+    from seqmodel.parallel import top_k_among
+    from seqmodel.sasrec import encode_items
+
+    graphdef, variables = model
+    K = eval_cfg.beam_size
+    encoded = encode_items(histories, max_history)
+    rank = functools.partial(
+        top_k_among, graphdef, variables, items=split.cold_items, k=K, batch_size=batch_size
+    )
+    rank(encoded[:batch_size])  # compiles: the timed call runs the compiled program alone
+    start = time.perf_counter()
+    pred = rank(encoded)
+    seconds = np.array([(time.perf_counter() - start) / len(encoded)])
+    out = metrics.ranking_metrics(pred, targets, ks=(1, 5, 10), ndcg_ks=(5, 10))
+    out["valid_rate"] = out["cold_rate"] = float(np.isin(pred[pred >= 0], split.cold_items).mean())
+    out.update(metrics.latency_summary(seconds))
+    methods = {PARALLEL: out}
+    if eval_cfg.cold_hybrid_weight:
+        methods[PARALLEL_CONTENT] = _fused_metrics(
+            eval_cfg, pred, seconds, emb, histories, split, targets
+        )
+    return methods
 
 
 def evaluate_cold_baselines(
@@ -396,7 +463,8 @@ def evaluate_cold_start(
     validation: bool = False,
     progress: bool = True,
 ) -> dict:
-    """Unconstrained vs constrained random vs STATIC over the cold set; writes the results JSON.
+    """Unconstrained vs constrained random vs STATIC over the cold set (with eval.cold_parallel,
+    the split's parallel-codes retriever too); writes the results JSON.
 
     validation=True runs the tuning protocol (data.splits.validation_split): no test target is read.
     """
@@ -406,6 +474,8 @@ def evaluate_cold_start(
     rdir = layout.retriever(which)
     model = load_retriever(layout, which)
     checkpoint = evaluated_checkpoint(rdir, layout.root)  # after the load: the step it restored
+    # Before any decoding: a missing or stale parallel-codes retriever is the first error.
+    parallel = load_parallel_cold(cfg, layout, which) if cfg.eval.cold_parallel else None
     split = (validation_split if validation else cold_start_split)(ds, fraction)
     V, L = model.space.codebook_size, model.space.num_levels
     targets, inputs = evaluated_inputs(model, sids, split, cfg.eval, rdir)
@@ -446,6 +516,19 @@ def evaluate_cold_start(
         methods[HYBRID] = hybrid_metrics(
             cfg.eval, decoded["static"], emb, histories, split, targets
         )
+    if parallel is not None:
+        methods.update(
+            parallel_methods(
+                cfg.eval,
+                parallel,
+                cfg.parallel.max_history,
+                emb,
+                histories,
+                split,
+                targets,
+                batch_size=batch_size,
+            )
+        )
     overhead = decoded["static"].seconds_per_user / decoded["unconstrained"].seconds_per_user
     result = {
         **_cold_header(cfg, split, len(targets), validation),
@@ -459,6 +542,8 @@ def evaluate_cold_start(
                 "static_plain",
                 CONTENT_PRIOR,
                 HYBRID,
+                PARALLEL,
+                PARALLEL_CONTENT,
             )
             if k in methods
         },
@@ -478,6 +563,9 @@ def evaluate_cold_start(
         result["scoring"]["content_temperature"] = cfg.eval.cold_content_temperature
         result["scoring"]["content_exact"] = cfg.eval.cold_content_exact
     result.update(checkpoint)
+    if parallel is not None:
+        # The parallel-codes retriever's run, relative to the work directory.
+        result["parallel_retriever"] = layout.parallel_cold(which).name
     result["environment"] = environment()
     atomic.write_json(layout.cold_start_result(fraction, validation=validation), result)
     return result

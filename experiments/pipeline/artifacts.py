@@ -9,7 +9,13 @@ import numpy as np
 import rqvae
 from data import prepared
 from data.errors import ArgumentError, ArtifactError
-from data.examples import RetrieverData, cold_start_examples, loo_examples
+from data.examples import (
+    ColdStartHistories,
+    RetrieverData,
+    cold_start_examples,
+    cold_start_histories,
+    loo_examples,
+)
 from data.types import InteractionData
 from experiments.config import Config
 from experiments.pipeline.layout import RunLayout, Split
@@ -252,4 +258,44 @@ def split_examples(
         eval_users=seq.eval_users,
         seed=seq.seed,
         validation=split.validation,
+    )
+
+
+def parallel_cold_histories(ds: InteractionData, split: Split, seq) -> ColdStartHistories:
+    """What the parallel-codes retriever of a cold-start split trains and early-stops on (seq:
+    the `parallel` section, for its holdout size and seed): the split's decoder retriever's."""
+    return cold_start_histories(
+        ds,
+        fraction=split.fraction,
+        eval_users=seq.eval_users,
+        seed=seq.seed,
+        validation=split.validation,
+    )
+
+
+def load_parallel_cold(cfg: Config, layout: RunLayout, split: Split):
+    """(graphdef, variables) of the parallel-codes retriever of a cold-start split, its best
+    checkpoint restored read-only, checked to have been trained on its codes file, this split and
+    the config's `parallel` section (its inputs fingerprint); else an ArtifactError naming what
+    is missing or stale and the command that trains it."""
+    from seqmodel import sasrec
+    from seqmodel.parallel import parallel_spec
+
+    command = split.train_parallel_command(layout.root)
+    path = layout.require(layout.parallel_cold_codes(split), command)
+    try:
+        codes = np.load(path)
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path}: cannot be read ({type(e).__name__}); `{command}`") from None
+    ds = load_dataset(layout)
+    h = parallel_cold_histories(ds, split, cfg.parallel)
+    return sasrec.load_trained(
+        cfg.parallel,
+        layout.parallel_cold(split),
+        h.train,
+        h.valid_histories,
+        h.valid_targets,
+        len(ds.catalog),
+        model=parallel_spec(cfg.parallel, codes),
+        rebuild=command,
     )

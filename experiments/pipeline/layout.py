@@ -63,6 +63,10 @@ class Split:
         named = f" --name {name}" if name else ""
         return f"genret train-draft --workdir {root} {split}{named}"
 
+    def train_parallel_command(self, root: Path) -> str:
+        """The command that trains this cold-start split's parallel-codes retriever in `root`."""
+        return self.train_command(root) + " --parallel"
+
     def train_command(self, root: Path) -> str:
         """The command that trains this split's retriever in `root`."""
         if self.seed is not None:  # only the pipeline trains the ensemble's members
@@ -226,6 +230,18 @@ class RunLayout:
     def validation_parallel_result(self) -> Path:
         """`genret parallel --validation`: every user's second-to-last item (tuning)."""
         return self.results / "validation_parallel.json"
+
+    def parallel_cold(self, split: Split) -> Path:
+        """The parallel-codes retriever of a cold-start split (eval.cold_parallel): checkpoints,
+        training summary and item codes (parallel_cold_0.02, parallel_coldval_0.02)."""
+        return self.root / f"parallel_{split.name}"
+
+    def parallel_cold_codes(self, split: Split) -> Path:
+        """Its items' product-quantization codes, [N, parallel.num_codes] int32."""
+        return self.parallel_cold(split) / "pq_codes.npy"
+
+    def parallel_cold_summary(self, split: Split) -> Path:
+        return self.parallel_cold(split) / retriever_files.SUMMARY_FILE
 
     def diagnose_result(self, fraction: float) -> Path:
         return self.results / f"validation_diagnose_{fraction:g}.json"

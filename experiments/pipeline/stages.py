@@ -27,6 +27,7 @@ from experiments.pipeline.artifacts import (
     load_json_result,
     load_sids,
     own_leave_one_out,
+    parallel_cold_histories,
     split_examples,
 )
 from experiments.pipeline.layout import RunLayout, Split
@@ -124,6 +125,92 @@ def train_retriever(
         plot = plots.loss_curve(rows, layout.retriever_plot(split))
         paths += [plot] if plot else []
     return Written(tuple(paths), {"retriever": str(layout.retriever(split)), **result.summary})
+
+
+def train_parallel_cold(
+    cfg: Config, layout: RunLayout, split: Split, *, progress: bool = True
+) -> Written:
+    """The parallel-codes retriever of a cold-start split (`split`: cold or cold-val), trained
+    (or resumed) in WORKDIR/parallel_<split>, for eval-cold-start's `parallel` method
+    (eval.cold_parallel); the `parallel` section configures it.
+
+    It trains on what the split's decoder retriever trains on (data.examples.cold_start_histories,
+    with the `parallel` section's eval_users and seed): no cold item, and no test user's
+    interaction from their target on. Its early stop ranks the whole catalog (the cold items by
+    their codes too) after the held-out users' histories for their last training items
+    (Recall@10; warm items, never a test interaction). Item codes: `_cold_split_codes`, saved
+    beside the checkpoints.
+    """
+    from seqmodel import sasrec as sasrec_lib
+    from seqmodel.parallel import parallel_spec
+
+    if split.kind == "loo":
+        raise ArgumentError(
+            "--parallel: with --split cold or cold-val; leave-one-out's parallel-codes "
+            "retriever is `genret parallel`"
+        )
+    seq = cfg.parallel
+    ds = load_dataset(layout)
+    data = parallel_cold_histories(ds, split, seq)
+    codes, codes_summary = _cold_split_codes(cfg, layout, ds, data.split)
+    if jax.process_index() == 0:
+        atomic.save_npy(layout.parallel_cold_codes(split), codes)
+    run_dir = layout.parallel_cold(split)
+    _, _, summary = sasrec_lib.train_and_evaluate(
+        seq,
+        run_dir,
+        data.train,
+        data.valid_histories,
+        data.valid_targets,
+        len(ds.catalog),
+        model=parallel_spec(seq, codes),
+        show_progress=progress,
+    )
+    paths = (layout.parallel_cold_summary(split), layout.parallel_cold_codes(split))
+    return Written(paths, {"parallel": str(run_dir), **summary, "codes": codes_summary})
+
+
+def _cold_split_codes(
+    cfg: Config, layout: RunLayout, ds, split: splits.ColdStartSplit
+) -> tuple[np.ndarray, dict]:
+    """Every item's `parallel.num_codes` codes and their statistics: product quantization of its
+    text embedding (rqvae.embedder, cached in WORKDIR/embeddings), so a cold item has codes from
+    its text alone. With rqvae.cf_dim, beside the co-occurrence part of the tokenizer's rule:
+    counted on the interactions every split of this fraction trains on
+    (data.splits.tokenizer_histories) with the split's cold items left out, whose vectors are
+    then predicted from their text."""
+    from rqvae.cooc import cooccurrence_vectors, with_cooccurrence
+    from rqvae.embed import embed_texts
+    from rqvae.pq import code_stats, fit_product_quantizer
+
+    seq = cfg.parallel
+    _offline_models()
+    x = embed_texts(ds.catalog.texts, cfg.rqvae, layout.embeddings)
+    if cfg.rqvae.cf_dim:
+        cf, _ = cooccurrence_vectors(
+            splits.tokenizer_histories(ds, (split.fraction,)),
+            x,
+            split.cold_mask,
+            dim=cfg.rqvae.cf_dim,
+            window=cfg.rqvae.cf_window,
+            seed=cfg.rqvae.seed,
+        )
+        x = with_cooccurrence(x, cf, cfg.rqvae.cf_weight)
+    pq = fit_product_quantizer(
+        x,
+        num_codes=seq.num_codes,
+        codebook_size=seq.codebook_size,
+        pca_dim=seq.pca_dim,
+        seed=seq.seed,
+    )
+    codes = pq.encode(x)
+    summary = {
+        **code_stats(codes),
+        "embedder": cfg.rqvae.embedder,
+        "cf_dim": cfg.rqvae.cf_dim,
+        "pca_explained_variance_ratio": pq.explained_variance_ratio,
+    }
+    return codes, summary
 
 
 def evaluate_cold_start(

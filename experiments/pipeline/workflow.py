@@ -12,7 +12,11 @@ from data.errors import GenretError, StageError
 from data.prepared import stored_key
 from experiments.config import Config, warm_run_config
 from experiments.pipeline import ledger, stage_worker, stages
-from experiments.pipeline.artifacts import load_json_result, load_retriever
+from experiments.pipeline.artifacts import (
+    load_json_result,
+    load_parallel_cold,
+    load_retriever,
+)
 from experiments.pipeline.layout import RunLayout, Split
 from experiments.pipeline.ledger import Ledger, Stage, one_line, stage_keys
 from rqvae.config import identity_fields as rqvae_identity_fields
@@ -26,9 +30,9 @@ WARM_RUN_PREFIX = "loo/"
 
 
 def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> list[ledger.Stage]:
-    """Tokenizer, per-fraction retrievers and evaluations, leave-one-out, the item-position
-    models (SASRec, parallel codes), with their keys; the tokenizer only where a stage reads
-    its SIDs or its key."""
+    """Tokenizer, per-fraction retrievers (with eval.cold_parallel, also parallel-codes ones) and
+    evaluations, leave-one-out, the item-position models (SASRec, parallel codes), with their
+    keys; the tokenizer only where a stage reads its SIDs or its key."""
     # The prepared data enter the keys by their content key: two writes of the same records
     # differ in bytes.
     rq = rqvae_identity_fields(cfg.rqvae)
@@ -50,6 +54,8 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
         k: v for k, v in dataclasses.asdict(cfg.eval).items() if k not in _STAGE_CHOICE_FIELDS
     }
     cold_eval = {k: v for k, v in eval_fields.items() if not k.startswith("warm_")}
+    if not cfg.eval.cold_parallel:  # off, the cold-start evaluations keep their keys
+        del cold_eval["cold_parallel"]
     warm_eval = {k: v for k, v in eval_fields.items() if not k.startswith("cold_")}
     ev = (cold_eval, dataclasses.asdict(cfg.decode))
 
@@ -67,13 +73,17 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
         split = Split("cold", p)
         result = layout.cold_start_result(p)
         out.append(retriever(split, (seq, p)))
+        upstream = (f"retriever_{split.name}",)
+        if cfg.eval.cold_parallel:
+            out.append(_parallel_cold_stage(cfg, layout, split, progress=progress))
+            upstream += (out[-1].name,)
         out.append(
             ledger.Stage(
                 f"eval_cold_{p:g}",
                 ev,
                 (result,),
                 lambda p=p: stages.evaluate_cold_start(cfg, layout, p, progress=progress),
-                after=(f"retriever_{split.name}",),
+                after=upstream,
                 check=lambda result=result: load_json_result(result),
                 alone=True,  # latency per user
             )
@@ -126,6 +136,28 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
             )
         )
     return out
+
+
+def _parallel_cold_stage(
+    cfg: Config, layout: RunLayout, split: Split, *, progress: bool
+) -> ledger.Stage:
+    """parallel_cold_<p>: the parallel-codes retriever of a cold-start split (eval.cold_parallel),
+    keyed as the `parallel` stage (prepared data, text embeddings, co-occurrence part, the
+    `parallel` section) and by its fraction; it reads no SIDs, so it waits on no stage."""
+    return ledger.Stage(
+        f"parallel_{split.name}",
+        (
+            stored_key(layout.prepared),
+            embedding_fields(cfg.rqvae),
+            _cooccurrence_fields(cfg.rqvae),
+            identity_fields(cfg.parallel),
+            split.fraction,
+        ),
+        (layout.parallel_cold_summary(split),),
+        lambda: stages.train_parallel_cold(cfg, layout, split, progress=progress),
+        after=(),
+        check=lambda: load_parallel_cold(cfg, layout, split),
+    )
 
 
 def _cooccurrence_fields(rq) -> dict:

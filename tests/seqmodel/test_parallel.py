@@ -190,3 +190,59 @@ def test_codes_of_the_wrong_shape_or_range_are_refused():
         parallel.ParallelCodes(CFG, CODES[:, :3], rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="parallel.codebook_size"):
         parallel.ParallelCodes(CFG, CODES + 8, rngs=nnx.Rngs(0))
+
+
+COLD = np.array([29, 3, 11, 7, 0], np.int32)  # a cold set in no particular order
+
+
+def test_scores_among_a_cold_set_are_the_brute_force_ones():
+    model = _model()
+    h = np.random.default_rng(4).normal(size=(3, 16))
+    logp = _log_softmax(_code_logits_np(model, h))  # [3, M, V]
+    want = np.stack([[logp[u, np.arange(4), CODES[i]].mean() for i in COLD] for u in range(3)])
+    got = np.asarray(model.scores_among(jnp.asarray(h, jnp.float32), jnp.asarray(COLD)))
+    assert got.shape == (3, len(COLD))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    full = np.asarray(model.scores(jnp.asarray(h, jnp.float32)))[:, COLD]
+    np.testing.assert_allclose(got, full, rtol=1e-6, atol=1e-6)
+
+
+def test_top_k_among_ranks_the_whole_cold_set_by_the_brute_force_scores():
+    model = _model()
+    graphdef, variables = nnx.split(model)
+    items = sasrec.encode_items(Histories.from_lists([[1, 2, 3], [4], [5, 6]]), CFG.max_history)
+    h = np.asarray(model.hidden(jnp.asarray(items))[:, -1], np.float64)
+    logp = _log_softmax(_code_logits_np(model, h))
+    brute = np.stack([[logp[u, np.arange(4), CODES[i]].mean() for i in COLD] for u in range(3)])
+    got = parallel.top_k_among(graphdef, variables, items, COLD, k=3, batch_size=2)
+    assert got.shape == (3, 3)
+    np.testing.assert_array_equal(got[:, 0], COLD[brute.argmax(1)])
+    np.testing.assert_array_equal(got, COLD[np.argsort(-brute, axis=1)[:, :3]])
+    # Past the cold set's size the columns are padding.
+    wide = parallel.top_k_among(graphdef, variables, items, COLD, k=7, batch_size=2)
+    np.testing.assert_array_equal(np.sort(wide[:, :5], axis=1), np.tile(np.sort(COLD), (3, 1)))
+    assert (wide[:, 5:] == -1).all()
+
+
+def test_load_trained_restores_the_run_and_refuses_other_inputs(tmp_path):
+    from data.errors import ArtifactError
+
+    args = (_histories(), _histories(1, 5), np.arange(5, dtype=np.int32), N)
+    spec = parallel.parallel_spec(CFG, CODES)
+    with pytest.raises(ArtifactError, match="no finished parallel run; train it: `make it`"):
+        sasrec.load_trained(CFG, tmp_path, *args, model=spec, rebuild="make it")
+    _, trained, _ = sasrec.train_and_evaluate(CFG, tmp_path, *args, model=spec, show_progress=False)
+    _, loaded = sasrec.load_trained(CFG, tmp_path, *args, model=spec, rebuild="make it")
+    for a, b in zip(jax.tree.leaves(trained), jax.tree.leaves(loaded), strict=True):
+        np.testing.assert_array_equal(a, b)
+    other = parallel.parallel_spec(CFG, (CODES + 1) % 8)
+    with pytest.raises(ArtifactError, match="inputs fingerprint differs"):
+        sasrec.load_trained(CFG, tmp_path, *args, model=other, rebuild="make it")
+    with pytest.raises(ArtifactError, match="retrain it: `make it`"):
+        sasrec.load_trained(
+            dataclasses.replace(CFG, temperature=0.5),
+            tmp_path,
+            *args,
+            model=spec,
+            rebuild="make it",
+        )

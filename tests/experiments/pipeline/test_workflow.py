@@ -363,6 +363,7 @@ def test_a_stage_process_ignoring_sigint_stops_when_its_pipeline_asks(tmp_path):
         (["eval.warm_ensemble_seeds=-1"], "eval.warm_ensemble_seeds"),
         (["eval.warm_ensemble_seeds=1", "eval.warm=false"], "eval.warm_ensemble_seeds"),
         (["eval.cold=false", "eval.warm=false"], "eval.cold"),
+        (["eval.cold=false", "eval.cold_parallel=true"], "eval.cold_parallel"),
         (["eval.warm_preset=nosuch"], "eval.warm_preset"),
         (["eval.warm_preset=tiny", "eval.warm_ensemble_seeds=1"], "eval.warm_preset"),
         (["eval.warm_preset=tiny", "eval.warm=false"], "eval.warm_preset"),
@@ -399,3 +400,66 @@ def test_stage_keys_follow_the_prepared_content_key_not_the_files_bytes(tmp_path
     first = keys("k1", b"times,items")
     assert keys("k1", b"items,times") == first
     assert keys("k2", b"items,times") != first
+
+
+def test_cold_parallel_adds_its_stages_and_enters_only_the_cold_evaluations_keys(tmp_path):
+    """Off, no stage key holds the flag (runs made before it keep their keys); on, a
+    parallel_cold_<p> stage per fraction, keyed by the parallel section and not by the SIDs, and
+    the evaluation of that fraction waits on it."""
+    from experiments.pipeline.layout import RunLayout
+    from experiments.pipeline.ledger import stage_keys
+    from experiments.pipeline.workflow import build_stages
+
+    layout = RunLayout(tmp_path)
+    atomic.write_json(layout.prepared / prepared.KEY_FILE, {"key": "k"})
+    cfg = config.apply_overrides(config.load_preset("tiny"), ["eval.parallel=true"])
+    off = build_stages(cfg, layout, progress=False)
+    for st in off:
+        assert "cold_parallel" not in json.dumps(st.key_parts, default=str), st.name
+    on_cfg = config.apply_overrides(cfg, ["eval.cold_parallel=true"])
+    on = build_stages(on_cfg, layout, progress=False)
+    fractions = cfg.eval.cold_start_fractions
+    added = {f"parallel_cold_{p:g}" for p in fractions}
+    assert {s.name for s in on} == {s.name for s in off} | added
+    after, keys_on = stage_keys(on)
+    _, keys_off = stage_keys(off)
+    changed = {n for n in keys_off if keys_on[n] != keys_off[n]}
+    assert changed == {f"eval_cold_{p:g}" for p in fractions}
+    for p in fractions:
+        assert after[f"eval_cold_{p:g}"] == (f"retriever_cold_{p:g}", f"parallel_cold_{p:g}")
+        assert after[f"parallel_cold_{p:g}"] == ()
+
+    def keys(*sets):
+        return stage_keys(build_stages(config.apply_overrides(on_cfg, list(sets)), layout))[1]
+
+    other = keys("parallel.temperature=0.05")
+    assert {n for n in keys_on if other[n] != keys_on[n]} == added | {
+        f"eval_cold_{p:g}" for p in fractions
+    } | {"parallel"}
+    other = keys("rqvae.num_steps=7")  # the SIDs move, the codes do not
+    assert all(other[n] == keys_on[n] for n in added)
+
+
+@pytest.mark.slow
+def test_pipeline_with_cold_parallel_writes_it_into_the_cold_start_results(tmp_path, capsys):
+    from tests.experiments.commands.test_parallel import FAST
+
+    argv = ["pipeline", "--dataset", "synthetic", "--workdir", str(tmp_path), "--config", "tiny"]
+    argv += ["--set", "eval.cold_start_fractions=0.05", "--set", "seqmodel.max_steps=6"]
+    argv += ["--set", "eval.warm=false", "--set", "eval.cold_parallel=true", "--no-progress"]
+    assert cli.main([*argv, *FAST]) == 0
+    ledger = json.loads((tmp_path / "stages.json").read_text())
+    assert set(ledger) == {
+        "tokenizer",
+        "retriever_cold_0.05",
+        "parallel_cold_0.05",
+        "eval_cold_0.05",
+    }
+    cold = json.loads((tmp_path / "results" / "cold_start_0.05.json").read_text())
+    assert set(cold["methods"]) == {"unconstrained", "random", "content", "static", "parallel"}
+    m = cold["methods"]["parallel"]
+    assert all(0 <= m[f"recall@{k}"] <= 1 for k in (1, 5, 10)) and m["cold_rate"] == 1.0
+    assert "| parallel |" in (tmp_path / "results" / "report.md").read_text()
+    capsys.readouterr()
+    assert cli.main(["pipeline", "--workdir", str(tmp_path), "--no-progress"]) == 0
+    assert capsys.readouterr().out.count("up to date, skipped") == 4
