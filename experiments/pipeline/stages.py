@@ -138,7 +138,7 @@ def train_parallel_cold(
     with the `parallel` section's eval_users and seed): no cold item, and no test user's
     interaction from their target on. Its early stop ranks the whole catalog (the cold items by
     their codes too) after the held-out users' histories for their last training items
-    (Recall@10; warm items, never a test interaction). Item codes: `_cold_split_codes`, saved
+    (Recall@10; warm items, never a test interaction). Item codes: `_item_codes`, saved
     beside the checkpoints.
     """
     from seqmodel import sasrec as sasrec_lib
@@ -152,7 +152,7 @@ def train_parallel_cold(
     seq = cfg.parallel
     ds = load_dataset(layout)
     data = parallel_cold_histories(ds, split, seq)
-    codes, codes_summary = _cold_split_codes(cfg, layout, ds, data.split)
+    codes, codes_summary = _item_codes(cfg, layout, ds, (split.fraction,), data.split.cold_mask)
     if jax.process_index() == 0:
         atomic.save_npy(layout.parallel_cold_codes(split), codes)
     run_dir = layout.parallel_cold(split)
@@ -170,15 +170,19 @@ def train_parallel_cold(
     return Written(paths, {"parallel": str(run_dir), **summary, "codes": codes_summary})
 
 
-def _cold_split_codes(
-    cfg: Config, layout: RunLayout, ds, split: splits.ColdStartSplit
+def _item_codes(
+    cfg: Config,
+    layout: RunLayout,
+    ds,
+    fractions: tuple[float, ...],
+    excluded: np.ndarray,
 ) -> tuple[np.ndarray, dict]:
     """Every item's `parallel.num_codes` codes and their statistics: product quantization of its
     text embedding (rqvae.embedder, cached in WORKDIR/embeddings), so a cold item has codes from
     its text alone. With rqvae.cf_dim, beside the co-occurrence part of the tokenizer's rule:
-    counted on the interactions every split of this fraction trains on
-    (data.splits.tokenizer_histories) with the split's cold items left out, whose vectors are
-    then predicted from their text."""
+    counted on the interactions every split of these cold-start `fractions` (none: leave-one-out)
+    trains on (data.splits.tokenizer_histories) with the `excluded` items left out, whose vectors
+    are then predicted from their text."""
     from rqvae.cooc import cooccurrence_vectors, with_cooccurrence
     from rqvae.embed import embed_texts
     from rqvae.pq import code_stats, fit_product_quantizer
@@ -188,9 +192,9 @@ def _cold_split_codes(
     x = embed_texts(ds.catalog.texts, cfg.rqvae, layout.embeddings)
     if cfg.rqvae.cf_dim:
         cf, _ = cooccurrence_vectors(
-            splits.tokenizer_histories(ds, (split.fraction,)),
+            splits.tokenizer_histories(ds, fractions),
             x,
-            split.cold_mask,
+            excluded,
             dim=cfg.rqvae.cf_dim,
             window=cfg.rqvae.cf_window,
             seed=cfg.rqvae.seed,
@@ -303,43 +307,15 @@ def parallel(
     rqvae.cf_dim, beside the co-occurrence part the tokenizer would add) -> product
     quantization into `parallel.num_codes` codes per item (WORKDIR/parallel_loo/pq_codes.npy)
     -> training -> full-catalog ranking of every test (`validation`: validation) user."""
-    from rqvae.cooc import cooccurrence_vectors, with_cooccurrence
-    from rqvae.embed import embed_texts
-    from rqvae.pq import code_stats, fit_product_quantizer
     from seqmodel.parallel import parallel_spec
 
     seq = cfg.parallel
     ds = load_dataset(layout)
-    _offline_models()
-    x = embed_texts(ds.catalog.texts, cfg.rqvae, layout.embeddings)
-    if cfg.rqvae.cf_dim:
-        # The tokenizer's collaborative part, from the interactions leave-one-out trains on.
-        cf, _ = cooccurrence_vectors(
-            splits.tokenizer_histories(ds, ()),
-            x,
-            np.zeros(len(x), bool),
-            dim=cfg.rqvae.cf_dim,
-            window=cfg.rqvae.cf_window,
-            seed=cfg.rqvae.seed,
-        )
-        x = with_cooccurrence(x, cf, cfg.rqvae.cf_weight)
-    pq = fit_product_quantizer(
-        x,
-        num_codes=seq.num_codes,
-        codebook_size=seq.codebook_size,
-        pca_dim=seq.pca_dim,
-        seed=seq.seed,
-    )
-    codes = pq.encode(x)
+    # Leave-one-out: no cold-start fraction, no item excluded.
+    codes, codes_summary = _item_codes(cfg, layout, ds, (), np.zeros(len(ds.catalog), bool))
     if jax.process_index() == 0:
         atomic.save_npy(layout.parallel_codes, codes)
     out = layout.validation_parallel_result if validation else layout.parallel_result
-    codes_summary = {
-        **code_stats(codes),
-        "embedder": cfg.rqvae.embedder,
-        "cf_dim": cfg.rqvae.cf_dim,
-        "pca_explained_variance_ratio": pq.explained_variance_ratio,
-    }
     return _next_item_model(
         cfg,
         layout,
