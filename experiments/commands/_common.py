@@ -334,3 +334,30 @@ def bench_config(args: argparse.Namespace, **overrides) -> BenchConfig:
         batch_flag="--batch",
     )
     return cfg
+
+
+def add_loo_model_args(parser: argparse.ArgumentParser, results_name: str) -> None:
+    """The arguments of a command that trains one leave-one-out model in the SASRec harness
+    (`genret sasrec`, `genret parallel`): its results go to results/[validation_]NAME.json."""
+    add_workdir_arg(parser)
+    add_config_args(parser)
+    parser.add_argument(
+        "--validation",
+        action="store_true",
+        help="rank every user's second-to-last item instead of the last (tuning; the test "
+        f"targets are not read); writes results/validation_{results_name}.json",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def run_loo_model(args: argparse.Namespace, stage, method: str) -> int:
+    """Resolve the config, run `stage` (stages.sasrec or stages.parallel), save the config and
+    print the `method`'s numbers."""
+    from experiments.pipeline import stages  # here: the other users of this module need no JAX
+
+    layout = layout_of(args)
+    cfg = resolve_config(args, layout)
+    written = stage(cfg, layout, validation=args.validation, progress=not args.no_progress)
+    stages.save_config(cfg, layout)
+    print(json.dumps(written.summary["methods"][method], indent=2))
+    return 0

@@ -5,28 +5,14 @@ generative retriever. Config: the `sasrec` section (--set sasrec.num_layers=2 ..
 """
 
 import argparse
-import json
 
 from experiments.commands import _common as common
 from experiments.pipeline import stages
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common.add_workdir_arg(parser)
-    common.add_config_args(parser)
-    parser.add_argument(
-        "--validation",
-        action="store_true",
-        help="rank every user's second-to-last item instead of the last (tuning; the test "
-        "targets are not read); writes results/validation_sasrec.json",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    common.add_loo_model_args(parser, "sasrec")
 
 
 def run(args: argparse.Namespace) -> int:
-    layout = common.layout_of(args)
-    cfg = common.resolve_config(args, layout)
-    written = stages.sasrec(cfg, layout, validation=args.validation, progress=not args.no_progress)
-    stages.save_config(cfg, layout)
-    print(json.dumps(written.summary["methods"]["sasrec"], indent=2))
-    return 0
+    return common.run_loo_model(args, stages.sasrec, "sasrec")
