@@ -15,7 +15,7 @@ from data.splits import check_fraction
 from data.typed_json import from_dict
 from decoding.config import DecodeConfig
 from rqvae.config import RQVAEConfig
-from seqmodel.config import ENSEMBLE_RULES, ParallelCodesConfig, SeqModelConfig
+from seqmodel.config import ENSEMBLE_RULES, HARNESS_LAYOUTS, ParallelCodesConfig, SeqModelConfig
 
 CONTENT_VECTORS = ("embeddings", "tfidf")
 
@@ -279,6 +279,10 @@ def validate(cfg: Config) -> Config:
         )
     if cfg.eval.cold_parallel and not cfg.eval.cold:
         raise ArgumentError("eval.cold_parallel: needs eval.cold=true (it joins eval-cold-start)")
+    for section in ("sasrec", "parallel"):
+        layout = getattr(cfg, section).layout
+        if layout not in HARNESS_LAYOUTS:
+            raise ArgumentError(f"{section}.layout={layout!r}: one of {', '.join(HARNESS_LAYOUTS)}")
     _at_least(cfg, "parallel", ("num_epochs", "patience", "eval_users"), 1)
     _at_least(cfg, "parallel", ("warmup_steps", "max_steps"), 0)
     if not cfg.parallel.learning_rate > 0:

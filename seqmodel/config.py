@@ -3,6 +3,10 @@
 import dataclasses
 
 LAYOUTS = ("causal", "sliding", "packed", "bucketed")
+# The layouts of the next-item harness (seqmodel.sasrec: SASRec, the parallel-codes retriever):
+# one user per row, in random batches (causal) or in batches of users of similar history lengths
+# cut to their bucket's width (bucketed; rotary positions make the cut invisible to the model).
+HARNESS_LAYOUTS = ("causal", "bucketed")
 ARCHS = ("token", "item")
 DRAFT_HEADS = ("none", "joint")
 DRAFT_CELLS = ("rnn", "gru", "add")

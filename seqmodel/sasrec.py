@@ -21,11 +21,17 @@ from jaxtyping import Array, Bool, Float, Int
 from data import atomic
 from data.errors import ArtifactError
 from data.fingerprint import fingerprint
-from data.pipeline import HistorySource, batches, padded_batches
+from data.pipeline import (
+    HistorySource,
+    batches,
+    bucket_widths,
+    bucketed_batches,
+    padded_batches,
+)
 from data.types import Histories
 from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints
-from seqmodel.config import SeqModelConfig
+from seqmodel.config import HARNESS_LAYOUTS, SeqModelConfig
 from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE, SUMMARY_FILE
 from seqmodel.model import DecoderBlock, RMSNorm, dropout
 from seqmodel.state import TrainState, make_optimizer
@@ -168,7 +174,11 @@ def loss_fn(
     count = w_P.sum()
     # Slots past the real count repeat position 0 (the fill value): weight 0.
     w_S = (jnp.arange(slots) < count).astype(jnp.float32)
-    return (nll_S * w_S).sum() / jnp.maximum(count, 1).astype(jnp.float32), {"count": count}
+    # Bucketed batches carry `norm`, the mean real positions of a row over all users: dividing
+    # by its sum, not by this batch's count, weighs a position the same in a batch of short
+    # histories as in one of long ones (as random batches do on average).
+    denom = batch["norm"].sum() if "norm" in batch else count.astype(jnp.float32)
+    return (nll_S * w_S).sum() / jnp.maximum(denom, 1.0), {"count": count}
 
 
 def train_step(
@@ -245,6 +255,34 @@ def _inputs_key(cfg: SeqModelConfig, num_items: int, arrays: tuple[np.ndarray, .
     return fingerprint(dataclasses.asdict(cfg), num_items, arrays=arrays)
 
 
+def training_batches(cfg: SeqModelConfig, train: Histories, section: str = "sasrec"):
+    """(endless iterator of next-item batches in `cfg.layout`, steps per epoch)."""
+    if cfg.layout not in HARNESS_LAYOUTS:
+        raise ValueError(
+            f"{section}.layout={cfg.layout!r}: this model trains in one of {HARNESS_LAYOUTS}"
+        )
+    source, transform = HistorySource(train), NextItems(cfg.max_history)
+    if cfg.layout == "bucketed":
+        # A row's real inputs: all but its last item, at most max_history (at least one, so
+        # that no bucket is zero wide).
+        lengths = np.clip(train.lengths() - 1, 1, cfg.max_history)
+        widths = bucket_widths(lengths)
+        try:
+            ds, steps = bucketed_batches(
+                source, transform, lengths, widths, batch_size=cfg.batch_size, seed=cfg.seed, unit=1
+            )
+        except ValueError:
+            raise ValueError(
+                f"{section}.batch_size={cfg.batch_size} exceeds every length bucket's users "
+                f"({section}.layout=bucketed)"
+            ) from None
+        return iter(ds), steps
+    steps = len(source) // cfg.batch_size
+    if steps == 0:
+        raise ValueError(f"{section}.batch_size={cfg.batch_size} exceeds {len(source)} users")
+    return iter(batches(source, transform, batch_size=cfg.batch_size, seed=cfg.seed)), steps
+
+
 def train_and_evaluate(
     cfg: SeqModelConfig,
     workdir: Path | str,
@@ -262,14 +300,8 @@ def train_and_evaluate(
     variables: parameters and constants, summary)."""
     workdir = Path(workdir)
     spec = sasrec_spec(cfg, num_items) if model is None else model
-    source = HistorySource(train)
-    steps_per_epoch = len(source) // cfg.batch_size
-    if steps_per_epoch == 0:
-        raise ValueError(f"{spec.section}.batch_size={cfg.batch_size} exceeds {len(source)} users")
+    iterator, steps_per_epoch = training_batches(cfg, train, spec.section)
     total = cfg.max_steps or cfg.num_epochs * steps_per_epoch
-    iterator = iter(
-        batches(source, NextItems(cfg.max_history), batch_size=cfg.batch_size, seed=cfg.seed)
-    )
     graphdef, tx, state, consts = new_state(cfg, num_items, total, spec)
     mesh = sharding.make_mesh()
     sharding.check_batch_size(cfg.batch_size, mesh)

@@ -261,6 +261,12 @@ CASES = [
         ["seqmodel.num_layers"],
     ),
     ("dropout", _fresh, ["pipeline", "--set", "seqmodel.dropout=1.5"], ["seqmodel.dropout"]),
+    (
+        "harness-layout",
+        _fresh,
+        ["sasrec", "--set", "sasrec.layout=packed"],
+        ["sasrec.layout", "bucketed"],
+    ),
     ("unknown-key", _fresh, ["pipeline", "--set", "nosuch.key=1"], ["nosuch.key"]),
     (
         "bad-int",

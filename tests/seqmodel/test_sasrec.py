@@ -77,6 +77,37 @@ def test_loss_over_gathered_positions_equals_the_full_loss():
         np.testing.assert_allclose(float(got), want, rtol=1e-5, err_msg=f"slots={slots}")
 
 
+def test_a_bucketed_batch_scores_as_its_full_width_rows():
+    """layout=bucketed cuts a batch of short histories to its bucket's width: with rotary
+    positions the model's states are those of the full-width rows, and the loss is their summed
+    NLL over the batch's `norm` (the mean real positions of a row) instead of its own count."""
+    model = _model()
+    graphdef, params = nnx.split(model)
+    train = _histories(users=64)
+    it, steps = sasrec.training_batches(dataclasses.replace(CFG, layout="bucketed"), train)
+    assert steps >= 1
+    for _ in range(3):
+        batch = {k: jnp.asarray(v) for k, v in next(it).items()}
+        width = batch["inputs"].shape[1]
+        full = {
+            k: jnp.pad(v, ((0, 0), (CFG.max_history - width, 0)))
+            for k, v in batch.items()
+            if k != "norm"
+        }
+        count = int(batch["weights"].sum())
+        assert count == int(full["weights"].sum()) and width <= CFG.max_history
+        want, _ = sasrec.loss_fn(params, graphdef, full, None, full["weights"].size)
+        got, _ = sasrec.loss_fn(params, graphdef, batch, None, batch["weights"].size)
+        np.testing.assert_allclose(
+            float(got) * float(batch["norm"].sum()), float(want) * count, rtol=1e-5
+        )
+
+
+def test_the_harness_refuses_a_layout_it_cannot_train():
+    with pytest.raises(ValueError, match=r"sasrec.layout='packed'"):
+        sasrec.training_batches(dataclasses.replace(CFG, layout="packed"), _histories())
+
+
 def test_dropout_reaches_the_input_embeddings():
     model = sasrec.SASRec(dataclasses.replace(CFG, dropout=0.5), N, rngs=nnx.Rngs(0))
     for block in model.blocks:
@@ -124,6 +155,19 @@ def test_two_steps_then_restore_equals_four_straight(tmp_path):
         for r in rows:
             del r["train_seconds"]
     assert logs[0] == logs[1]
+
+
+@pytest.mark.slow
+def test_bucketed_training_resumes_exactly(tmp_path):
+    cfg = dataclasses.replace(CFG, layout="bucketed")
+    train = _histories(users=64)
+    args = (train, _histories(1, 5), np.arange(5, dtype=np.int32), N)
+    _, straight, _ = sasrec.train_and_evaluate(cfg, tmp_path / "a", *args, show_progress=False)
+    sasrec.train_and_evaluate(cfg, tmp_path / "b", *args, stop_after=2, show_progress=False)
+    _, resumed, summary = sasrec.train_and_evaluate(cfg, tmp_path / "b", *args, show_progress=False)
+    assert summary["steps"] == 4
+    for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 def test_top_k_is_the_full_ranking_of_the_last_position():
