@@ -178,7 +178,9 @@ def loss_fn(
     # by its sum, not by this batch's count, weighs a position the same in a batch of short
     # histories as in one of long ones (as random batches do on average).
     denom = batch["norm"].sum() if "norm" in batch else count.astype(jnp.float32)
-    return (nll_S * w_S).sum() / jnp.maximum(denom, 1.0), {"count": count}
+    nll_sum = (nll_S * w_S).sum()
+    mean_nll = nll_sum / jnp.maximum(count, 1).astype(jnp.float32)
+    return nll_sum / jnp.maximum(denom, 1.0), {"count": count, "mean_nll": mean_nll}
 
 
 def train_step(
@@ -193,10 +195,13 @@ def train_step(
     """One AdamW step; dropout keys derive from (seed, step) so a resumed run replays exactly."""
     key = jax.random.fold_in(jax.random.key(seed), state.step)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-    (loss, _), grads = grad_fn(state.params, graphdef, batch, key, slots, consts)
+    (_, aux), grads = grad_fn(state.params, graphdef, batch, key, slots, consts)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), {"loss": loss}
+    # The logged loss is the batch's mean NLL per real position: the objective itself, in the
+    # bucketed layout, scales with how long the batch's histories are.
+    new = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
+    return new, {"loss": aux["mean_nll"]}
 
 
 def new_state(

@@ -97,10 +97,12 @@ def test_a_bucketed_batch_scores_as_its_full_width_rows():
         count = int(batch["weights"].sum())
         assert count == int(full["weights"].sum()) and width <= CFG.max_history
         want, _ = sasrec.loss_fn(params, graphdef, full, None, full["weights"].size)
-        got, _ = sasrec.loss_fn(params, graphdef, batch, None, batch["weights"].size)
+        got, aux = sasrec.loss_fn(params, graphdef, batch, None, batch["weights"].size)
         np.testing.assert_allclose(
             float(got) * float(batch["norm"].sum()), float(want) * count, rtol=1e-5
         )
+        # What the metrics log shows: the mean NLL per real position, whatever the layout.
+        np.testing.assert_allclose(float(aux["mean_nll"]), float(want), rtol=1e-5)
 
 
 def test_the_harness_refuses_a_layout_it_cannot_train():
