@@ -148,6 +148,12 @@ def capacity(real: int, slots: int) -> int:
     return min(slots, max(unit, -(-real // unit) * unit))
 
 
+def batch_slots(batch: dict) -> int:
+    """`capacity` of a host batch: its weighted positions out of all its positions (the static
+    `slots` argument of `train_step`)."""
+    return capacity(int(batch["weights"].sum()), batch["weights"].size)
+
+
 def loss_fn(
     params: nnx.State,
     graphdef: nnx.GraphDef,
@@ -318,7 +324,7 @@ def train_and_evaluate(
         mesh=mesh,
         args={"consts": consts},
         static_argnames=("slots",),
-        static_of=lambda b: {"slots": capacity(int(b["weights"].sum()), b["weights"].size)},
+        static_of=lambda b: {"slots": batch_slots(b)},
     )
     consts = trainer.replicate(consts)
     arrays = _input_arrays(train, valid_histories, valid_targets, spec)

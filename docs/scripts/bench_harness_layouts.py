@@ -57,8 +57,7 @@ def main() -> None:
         drawn = []
         for _ in range(args.steps):
             b = next(batches)  # each batch's scored positions, counted once outside the timing
-            slots = sasrec.capacity(int(b["weights"].sum()), b["weights"].size)
-            drawn.append(({k: jnp.asarray(v) for k, v in b.items()}, slots))
+            drawn.append(({k: jnp.asarray(v) for k, v in b.items()}, sasrec.batch_slots(b)))
         for b, slots in drawn:  # every shape compiles before any step is timed
             state, _ = step(state, b, slots)
         jax.block_until_ready(state)
