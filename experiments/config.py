@@ -46,6 +46,11 @@ class EvalConfig:
     # item-text embeddings (rqvae.embedder; TF-IDF + SVD by default), or "tfidf", the same
     # TF-IDF rows never projected (rqvae.embed.tfidf_matrix, sparse; rqvae.tfidf_* settings).
     cold_content_vectors: str = "embeddings"
+    # The user's text profile, the query of the content neighbour and of its prior: the weighted
+    # mean of the unit vectors of the last cold_content_recent history items, the item j places
+    # from the end weighted cold_content_decay**j (1: the plain mean).
+    cold_content_recent: int = 3
+    cold_content_decay: float = 1.0
     # A LIGER-style hybrid (method `hybrid`): the content neighbour's ranking and STATIC's beams
     # (method `static`) fused by weighted reciprocal rank, weight 1 / (cold_hybrid_offset + rank)
     # for STATIC and cold_hybrid_weight times that for the content neighbour. 0: off.
@@ -247,6 +252,12 @@ def validate(cfg: Config) -> Config:
         raise ArgumentError(f"eval.cold_hybrid_weight={w}: must be finite and >= 0 (0: off)")
     if not (math.isfinite(k0) and k0 > 0):
         raise ArgumentError(f"eval.cold_hybrid_offset={k0}: must be finite and > 0")
+    r, g = cfg.eval.cold_content_recent, cfg.eval.cold_content_decay
+    if r < 1 or not (math.isfinite(g) and 0 < g <= 1):
+        raise ArgumentError(
+            f"eval.cold_content_recent={r}, eval.cold_content_decay={g}: need recent >= 1 and "
+            "decay in (0, 1]"
+        )
     if cfg.eval.cold_content_vectors not in CONTENT_VECTORS:
         raise ArgumentError(
             f"eval.cold_content_vectors={cfg.eval.cold_content_vectors!r}: must be one of "

@@ -21,7 +21,12 @@ from decoding import StaticConstraint, StaticIndex
 from experiments import config as config_lib
 from experiments.evaluation import decode as evaluate
 from experiments.evaluation import metrics, plots, retrieval
-from experiments.evaluation.baselines import content_queries, content_ranking, rank_fusion
+from experiments.evaluation.baselines import (
+    ContentProfile,
+    content_queries,
+    content_ranking,
+    rank_fusion,
+)
 from experiments.pipeline.layout import RunLayout, Split
 
 BINS = 5
@@ -55,14 +60,15 @@ def rankings(workdir: str, fraction: float) -> dict:
         desc="decoding",
     )
     ranked = {name: np.where(d.valid, d.items, -1) for name, d in out.items()}
-    ranked["content"] = content_ranking(emb, histories, split.cold_items, k=K)
+    profile = ContentProfile.of(ev)
+    ranked["content"] = content_ranking(emb, histories, split.cold_items, k=K, profile=profile)
     ranked["hybrid"] = rank_fusion(
         [ranked["static"], ranked["content"]],
         [1.0, ev.cold_hybrid_weight],
         offset=ev.cold_hybrid_offset,
         k=K,
     )
-    unit, queries = content_queries(emb, histories)
+    unit, queries = content_queries(emb, histories, profile)
     product = queries.multiply(unit[targets]) if sp.issparse(queries) else queries * unit[targets]
     target_cos = np.asarray(product.sum(axis=1)).ravel()
     return {"ranked": ranked, "targets": targets, "target_cos": target_cos, "sids": sids}

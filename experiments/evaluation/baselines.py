@@ -17,30 +17,52 @@ from rqvae.cooc import cooccurrence_counts, training_sequences
 CONTENT_RECENT = 3  # the user's last items whose mean embedding is the query
 
 
+@dataclasses.dataclass(frozen=True)
+class ContentProfile:
+    """A user's text profile, the content neighbour's query: the weighted mean of the unit
+    embeddings of the history's last `recent` items, the item j places from the end weighted
+    decay**j (decay 1: the plain mean)."""
+
+    recent: int = CONTENT_RECENT
+    decay: float = 1.0
+
+    def __post_init__(self):
+        if self.recent < 1 or not 0.0 < self.decay <= 1.0:
+            raise ValueError(
+                f"content profile: recent >= 1 and decay in (0, 1], got {self.recent}, {self.decay}"
+            )
+
+    @classmethod
+    def of(cls, eval_cfg) -> "ContentProfile":
+        """The profile of eval.cold_content_recent and eval.cold_content_decay."""
+        return cls(eval_cfg.cold_content_recent, eval_cfg.cold_content_decay)
+
+
 def content_queries(
     emb: Float[np.ndarray, "N E"] | sp.spmatrix,
     histories: Histories,
-    *,
-    recent: int = CONTENT_RECENT,
+    profile: ContentProfile = ContentProfile(),
 ) -> tuple[Float[np.ndarray, "N E"], Float[np.ndarray, "U E"]]:
-    """(unit item embeddings, each history's query): the mean of the unit embeddings of the
-    history's last `recent` items. A sparse `emb` (TF-IDF rows) gives both as sparse CSR."""
-    if recent < 1:
-        raise ValueError(f"recent must be >= 1, got {recent}")
-    rows, items, take = recent_items(histories, recent)
+    """(unit item embeddings, each history's query, its `profile`). A sparse `emb` (TF-IDF rows)
+    gives both as sparse CSR."""
+    rows, items, take = recent_items(histories, profile.recent)
+    # Places from the end of each history (0: the last item), then each row's weights summing to 1.
+    age = np.repeat(np.cumsum(take) - 1, take) - np.arange(take.sum())
+    weight = profile.decay ** age.astype(np.float64)
+    weight /= np.bincount(rows, weight, minlength=len(histories))[rows]
     if sp.issparse(emb):
         emb = sp.csr_matrix(emb, dtype=np.float64)
         norms = np.sqrt(np.asarray(emb.multiply(emb).sum(axis=1)).ravel())
         unit = sp.diags(1.0 / np.maximum(norms, 1e-12)) @ emb
-        mean = sp.csr_matrix(
-            (1.0 / take[rows], (rows, items)), shape=(len(histories), emb.shape[0])
-        )
+        mean = sp.csr_matrix((weight, (rows, items)), shape=(len(histories), emb.shape[0]))
         return unit.tocsr(), (mean @ unit).tocsr()
     unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
-    # Mean of each user's last `recent` unit embeddings, via a ragged sum over the CSR layout.
+    # Weighted sum of each user's last unit embeddings, via a ragged sum over the CSR layout.
     query_UE = np.zeros((len(histories), emb.shape[1]), np.float64)
-    np.add.at(query_UE, rows, unit[items])
-    query_UE /= take[:, None]
+    if profile.decay == 1.0:  # the plain mean, summed then divided (the same floats as ever)
+        np.add.at(query_UE, rows, unit[items])
+        return unit, query_UE / take[:, None]
+    np.add.at(query_UE, rows, weight[:, None] * unit[items])
     return unit, query_UE
 
 
@@ -72,17 +94,17 @@ def content_ranking(
     candidates: Int[np.ndarray, " C"],
     *,
     k: int,
-    recent: int = CONTENT_RECENT,
+    profile: ContentProfile = ContentProfile(),
     chunk: int = 4096,
 ) -> Int[np.ndarray, "U k"]:
     """For each history, the top-k candidates by cosine between the candidate's embedding and the
-    mean of the unit embeddings of the history's last `recent` items (-1 pads when C < k).
+    history's text `profile` (-1 pads when C < k).
 
     Ties rank the lower catalog index first, so the result does not depend on numpy's sort.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    unit, query_UE = content_queries(emb, histories, recent=recent)
+    unit, query_UE = content_queries(emb, histories, profile)
     cand = np.asarray(candidates)
     cand_CE = unit[cand]
     out = np.full((len(histories), k), -1, np.int64)
@@ -103,10 +125,11 @@ def content_metrics(
     candidates: Int[np.ndarray, " C"],
     *,
     k: int,
+    profile: ContentProfile = ContentProfile(),
 ) -> dict:
     """Recall@1/5/10 and NDCG@5/10 of the content nearest neighbour, with its latency per user."""
     start = time.perf_counter()
-    pred = content_ranking(emb, histories, candidates, k=k)
+    pred = content_ranking(emb, histories, candidates, k=k, profile=profile)
     seconds = (time.perf_counter() - start) / max(len(targets), 1)
     out = metrics.ranking_metrics(pred, targets, ks=(1, 5, 10), ndcg_ks=(5, 10))
     returned = pred >= 0

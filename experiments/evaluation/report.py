@@ -81,7 +81,12 @@ def scoring_note(results: list[dict]) -> str:
             notes.append(f"{r['cold_start_fraction']:g}: {', '.join(parts)}")
     tfidf = any(r.get("content_vectors") == "tfidf" for r in results)
     parallel = any(PARALLEL in r["methods"] for r in results)
-    if not notes and not tfidf and not parallel:
+    if (
+        not notes
+        and not tfidf
+        and not parallel
+        and not any("content_profile" in r for r in results)
+    ):
         return ""
     text = (
         "Beam scores of `unconstrained` and `static` (eval.cold_prior_weight, "
@@ -115,6 +120,14 @@ def scoring_note(results: list[dict]) -> str:
                 if any(PARALLEL_CONTENT in r["methods"] for r in results)
                 else "."
             )
+        )
+    profiles = {json.dumps(r["content_profile"]) for r in results if "content_profile" in r}
+    for profile in sorted(profiles):
+        p = json.loads(profile)
+        text += (
+            f" The content neighbour's query weights the user's last {p['recent']} items by "
+            f"{p['decay']:g}**j, j places from the end (eval.cold_content_recent, "
+            "eval.cold_content_decay)."
         )
     if tfidf:
         text += (

@@ -1,5 +1,6 @@
 """Cold-start and leave-one-out evaluations of a trained retriever, written to WORKDIR/results/."""
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +40,7 @@ from experiments.config import Config, EvalConfig
 from experiments.evaluation import decode as evaluate
 from experiments.evaluation import metrics
 from experiments.evaluation.baselines import (
+    ContentProfile,
     CooccurrencePrior,
     content_metrics,
     content_queries,
@@ -164,7 +166,7 @@ def content_prior_method(
     their content queries (the content neighbour's, from `_content_inputs`, dense or sparse).
     Each batch's cosines to the cold items (`split.cold_items`, whose SIDs are `index_sids`) are
     computed with its batch, so memory does not grow with users x items."""
-    unit, queries = content_queries(emb, histories)
+    unit, queries = content_queries(emb, histories, ContentProfile.of(cfg.eval))
     cold_unit = unit[split.cold_items].T
     table = PrefixTable.build(index_sids, model.space.codebook_size)
     K = cfg.eval.beam_size
@@ -320,7 +322,7 @@ def evaluated_inputs(
 
 def _cold_header(cfg: Config, split: ColdStartSplit, num_users: int, validation: bool) -> dict:
     """What every cold-start result file records besides its methods."""
-    return {
+    out = {
         "dataset": cfg.data.dataset,
         "cold_start_fraction": split.fraction,
         "num_cold_items": int(len(split.cold_items)),
@@ -331,6 +333,10 @@ def _cold_header(cfg: Config, split: ColdStartSplit, num_users: int, validation:
         # The item vectors of `content` and `static_content` (eval.cold_content_vectors).
         "content_vectors": cfg.eval.cold_content_vectors,
     }
+    profile = ContentProfile.of(cfg.eval)
+    if profile != ContentProfile():
+        out["content_profile"] = dataclasses.asdict(profile)
+    return out
 
 
 def _model_free(
@@ -343,7 +349,9 @@ def _model_free(
         "random": evaluate.random_metrics(
             split.cold_items, targets, beam_size=K, seed=cfg.eval.seed
         ),
-        "content": content_metrics(emb, histories, targets, split.cold_items, k=K),
+        "content": content_metrics(
+            emb, histories, targets, split.cold_items, k=K, profile=ContentProfile.of(cfg.eval)
+        ),
     }
 
 
@@ -379,7 +387,8 @@ def _fused_metrics(
     (`seconds_per_user`) plus the content neighbour's."""
     K = eval_cfg.beam_size
     start = time.perf_counter()
-    content = content_ranking(emb, histories, split.cold_items, k=K)
+    profile = ContentProfile.of(eval_cfg)
+    content = content_ranking(emb, histories, split.cold_items, k=K, profile=profile)
     fused = rank_fusion(
         [ranking, content],
         [1.0, eval_cfg.cold_hybrid_weight],

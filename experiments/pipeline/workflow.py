@@ -25,6 +25,9 @@ from seqmodel.config import identity_fields
 
 # Eval fields that choose which stages run, not what a stage computes: in no key.
 _STAGE_CHOICE_FIELDS = ("cold", "warm", "warm_preset", "sasrec", "parallel")
+# Cold-start fields that enter the evaluations' keys only when not at their default, so that work
+# directories evaluated before the field existed keep their keys.
+_KEYED_WHEN_SET = ("cold_parallel", "cold_content_recent", "cold_content_decay")
 # The prefix of the leave-one-out part's stages when it runs as another preset (eval.warm_preset).
 WARM_RUN_PREFIX = "loo/"
 
@@ -54,8 +57,10 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
         k: v for k, v in dataclasses.asdict(cfg.eval).items() if k not in _STAGE_CHOICE_FIELDS
     }
     cold_eval = {k: v for k, v in eval_fields.items() if not k.startswith("warm_")}
-    if not cfg.eval.cold_parallel:  # off, the cold-start evaluations keep their keys
-        del cold_eval["cold_parallel"]
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg.eval)}
+    for k in _KEYED_WHEN_SET:
+        if cold_eval[k] == defaults[k]:
+            del cold_eval[k]
     warm_eval = {k: v for k, v in eval_fields.items() if not k.startswith("cold_")}
     ev = (cold_eval, dataclasses.asdict(cfg.decode))
 

@@ -3,6 +3,7 @@ co-occurrence baseline against brute-force counting."""
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from data.types import Histories
 from experiments.evaluation import baselines, metrics
@@ -146,3 +147,36 @@ def test_sparse_tfidf_rows_rank_as_their_dense_copy_and_brute_force():
     assert sp.issparse(unit_s) and sp.issparse(query_s)
     np.testing.assert_allclose(unit_s.toarray(), unit_d, atol=1e-12)
     np.testing.assert_allclose(query_s.toarray(), query_d, atol=1e-12)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_content_profile_weights_the_recent_items_by_decay_as_brute_force(sparse):
+    """The query is sum_j decay**j unit(item j places from the end) / sum_j decay**j over the
+    last `recent` items (fewer when the history is shorter); decay 1 gives the plain mean."""
+    rng = np.random.default_rng(2)
+    dense = rng.random((30, 12)) * (rng.random((30, 12)) < 0.5)
+    dense[3] = 0.0
+    lists = [rng.choice(30, rng.integers(1, 9), replace=False) for _ in range(20)]
+    h = Histories.from_lists(lists)
+    emb = sp.csr_matrix(dense) if sparse else dense
+    norm = np.maximum(np.linalg.norm(dense, axis=1), 1e-12)
+    for recent, decay in ((3, 1.0), (5, 0.5), (20, 0.85), (1, 0.3)):
+        profile = baselines.ContentProfile(recent, decay)
+        _, query = baselines.content_queries(emb, h, profile)
+        query = query.toarray() if sparse else query
+        for row, history in zip(query, lists, strict=True):
+            last = history[-recent:][::-1]  # most recent first
+            w = decay ** np.arange(len(last))
+            want = (w[:, None] * (dense[last] / norm[last, None])).sum(0) / w.sum()
+            np.testing.assert_allclose(row, want, atol=1e-12)
+    plain = baselines.content_queries(emb, h)[1]
+    same = baselines.content_queries(emb, h, baselines.ContentProfile(3, 1.0))[1]
+    if sparse:
+        plain, same = plain.toarray(), same.toarray()
+    np.testing.assert_array_equal(plain, same)
+
+
+@pytest.mark.parametrize("recent, decay", [(0, 1.0), (3, 0.0), (3, 1.5), (3, -0.2)])
+def test_content_profile_rejects_bad_settings(recent, decay):
+    with pytest.raises(ValueError, match="content profile"):
+        baselines.ContentProfile(recent, decay)

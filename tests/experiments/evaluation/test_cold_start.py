@@ -161,7 +161,12 @@ def test_diagnose_agrees_with_the_validation_evaluation(workdir):
 def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbour(workdir):
     from data.splits import cold_start_split
     from decoding import StaticConstraint, StaticIndex
-    from experiments.evaluation.baselines import content_queries, content_ranking, cosines
+    from experiments.evaluation.baselines import (
+        ContentProfile,
+        content_queries,
+        content_ranking,
+        cosines,
+    )
     from experiments.evaluation.retrieval import (
         _content_inputs,
         cold_scoring,
@@ -208,9 +213,18 @@ def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbou
         model, sids, split, cfg.eval, layout.retriever(Split("cold", 0.05))
     )
     static = StaticConstraint(StaticIndex.build(sids[split.cold_items], vocab_size=V))
-    # With the tokenizer's embeddings and with sparse TF-IDF rows (eval.cold_content_vectors).
-    for vectors in ("embeddings", "tfidf"):
-        cfg = config.apply_overrides(cfg, [f"eval.cold_content_vectors={vectors}"])
+    # With the tokenizer's embeddings and with sparse TF-IDF rows (eval.cold_content_vectors),
+    # and with a decayed profile over 20 items (eval.cold_content_recent, _decay).
+    for vectors, recent, decay in (("embeddings", 3, 1.0), ("tfidf", 3, 1.0), ("tfidf", 20, 0.5)):
+        cfg = config.apply_overrides(
+            cfg,
+            [
+                f"eval.cold_content_vectors={vectors}",
+                f"eval.cold_content_recent={recent}",
+                f"eval.cold_content_decay={decay}",
+            ],
+        )
+        profile = ContentProfile(recent, decay)
         emb, histories = _content_inputs(cfg, layout, ds, split)
         assert sp.issparse(emb) == (vectors == "tfidf")
         fn, rows = content_prior_method(
@@ -226,9 +240,9 @@ def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbou
         np.testing.assert_array_equal(rows, np.arange(len(histories)))
         res = fn(inputs[:32], rows[:32])
         first = np.asarray(res.tokens)[:, 0]
-        unit, queries = content_queries(emb, histories)
+        unit, queries = content_queries(emb, histories, profile)
         cos = cosines(queries[:32], unit[split.cold_items].T)
-        want = content_ranking(emb, histories, split.cold_items, k=1)[:32, 0]
+        want = content_ranking(emb, histories, split.cold_items, k=1, profile=profile)[:32, 0]
         top2 = np.sort(cos, axis=1)[:, -2:]
         unique = top2[:, 1] - top2[:, 0] > 1e-4
         assert unique.sum() >= 10, vectors

@@ -54,6 +54,14 @@ def test_plain_static_row_and_scoring_note_when_scored():
     assert "static_plain" not in report.cold_start_table([_result("test")])
 
 
+def test_content_profile_is_named_in_the_note_only_when_set():
+    res = _result("test")
+    res["content_profile"] = {"recent": 20, "decay": 0.85}
+    note = report.scoring_note([res])
+    assert "last 20 items by 0.85**j" in note and "eval.cold_content_decay" in note
+    assert "cold_content_decay" not in report.scoring_note([_result("test")])
+
+
 def test_content_prior_row_and_its_settings_in_the_note():
     res = _result("test")
     res["methods"]["static_plain"] = res["methods"]["static"]

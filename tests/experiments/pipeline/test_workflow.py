@@ -463,3 +463,25 @@ def test_pipeline_with_cold_parallel_writes_it_into_the_cold_start_results(tmp_p
     capsys.readouterr()
     assert cli.main(["pipeline", "--workdir", str(tmp_path), "--no-progress"]) == 0
     assert capsys.readouterr().out.count("up to date, skipped") == 4
+
+
+def test_content_profile_enters_only_the_cold_evaluations_keys_and_only_when_set(tmp_path):
+    """At their defaults the profile's fields are in no stage key (work directories evaluated
+    before them keep their keys); set, they change the cold-start evaluations' keys only."""
+    from experiments.pipeline.layout import RunLayout
+    from experiments.pipeline.ledger import stage_keys
+    from experiments.pipeline.workflow import build_stages
+
+    layout = RunLayout(tmp_path)
+    atomic.write_json(layout.prepared / prepared.KEY_FILE, {"key": "k"})
+    cfg = config.load_preset("tiny")
+    stages = build_stages(cfg, layout, progress=False)
+    for st in stages:
+        assert "cold_content_recent" not in json.dumps(st.key_parts, default=str), st.name
+        assert "cold_content_decay" not in json.dumps(st.key_parts, default=str), st.name
+    _, base = stage_keys(stages)
+    for override in ("eval.cold_content_recent=20", "eval.cold_content_decay=0.85"):
+        on = build_stages(config.apply_overrides(cfg, [override]), layout, progress=False)
+        _, keys = stage_keys(on)
+        changed = {n for n in base if keys[n] != base[n]}
+        assert changed == {f"eval_cold_{p:g}" for p in cfg.eval.cold_start_fractions}, override
