@@ -4,7 +4,8 @@
 
 - by level: how often the first-ranked item shares the target's first l + 1 codes;
 - by text distance: Recall@1 in five equal bins of users, by the cosine of the target's text
-  vector to the user's query (the mean of their last three items' vectors), far to close.
+  vector to the user's query (their text profile: eval.cold_content_recent and _decay), far to
+  close.
 
 Prints both as markdown tables and draws them side by side into one PNG.
 Usage: python docs/scripts/cold_analysis.py WORKDIR FRACTION --png FILE
@@ -111,7 +112,7 @@ def main(argv: list[str]) -> int:
         r1 = float((r["ranked"][n][:, 0] == r["targets"]).mean())
         print(f"| {n} | {100 * r1:.2f} | " + " | ".join(f"{100 * v:.1f}" for v in levels[n]) + " |")
     edges, recall = by_distance(r)
-    print("\n| target's cosine to the history | " + " | ".join(names) + " |")
+    print("\n| target's cosine to the text profile | " + " | ".join(names) + " |")
     print("|---" * (1 + len(names)) + "|")
     for b in range(BINS):
         cells = " | ".join(f"{100 * recall[n][b]:.2f}" for n in names)
@@ -127,7 +128,7 @@ def main(argv: list[str]) -> int:
         axes[0].bar(x + (i - (len(names) - 1) / 2) * width, [100 * v for v in recall[n]], width)
         axes[1].plot([1, 2, 3], [100 * v for v in levels[n]], "o-", label=n)
     axes[0].set_xticks(x, [f"{edges[b]:.2f}-{edges[b + 1]:.2f}" for b in x], fontsize=7)
-    axes[0].set_xlabel("target's cosine to the user's last items (fifths of users)")
+    axes[0].set_xlabel("target's cosine to the user's text profile (fifths of users)")
     axes[0].set_ylabel("Recall@1 (%)")
     axes[1].set_xticks([1, 2, 3])
     axes[1].set_xlabel("first codes of the target shared by the first item")

@@ -35,7 +35,7 @@ def get_config() -> Config:
     # Cold-start beam scores, chosen on the same protocol: minus 0.5 x the training log prior of
     # the first two codes, weight 0.25 on the last two levels' log-probs, and the content
     # neighbour's softmax over the cold items (cosines of TF-IDF rows / 0.1) at weight 16; the
-    # hybrid fuses STATIC's beams and the content neighbour's ranking, 1 and 4 / (1 + rank). The
+    # hybrid fuses STATIC's beams and the content neighbour's ranking, 1 and 2 / (1 + rank). The
     # neighbour's query weights the user's last 20 items by 0.85**j, j places from the end.
     # Leave-one-out runs as `beauty_item_cf` in WORKDIR/loo: one work directory holds one
     # tokenizer, and these 64-code SIDs are the cold-start ones.
@@ -48,7 +48,7 @@ def get_config() -> Config:
         cold_content_vectors="tfidf",
         cold_content_recent=20,
         cold_content_decay=0.85,
-        cold_hybrid_weight=4.0,
+        cold_hybrid_weight=2.0,
         cold_hybrid_offset=1.0,
         warm_preset="beauty_item_cf",
     )
