@@ -43,8 +43,8 @@ def content_queries(
     histories: Histories,
     profile: ContentProfile = ContentProfile(),
 ) -> tuple[Float[np.ndarray, "N E"], Float[np.ndarray, "U E"]]:
-    """(unit item embeddings, each history's query, its `profile`). A sparse `emb` (TF-IDF rows)
-    gives both as sparse CSR."""
+    """(unit item embeddings, each history's query: its text `profile`). A sparse `emb` (TF-IDF
+    rows) gives both as sparse CSR."""
     rows, items, take = recent_items(histories, profile.recent)
     # Places from the end of each history (0: the last item), then each row's weights summing to 1.
     age = np.repeat(np.cumsum(take) - 1, take) - np.arange(take.sum())

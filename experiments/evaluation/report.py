@@ -81,12 +81,12 @@ def scoring_note(results: list[dict]) -> str:
             notes.append(f"{r['cold_start_fraction']:g}: {', '.join(parts)}")
     tfidf = any(r.get("content_vectors") == "tfidf" for r in results)
     parallel = any(PARALLEL in r["methods"] for r in results)
-    if (
-        not notes
-        and not tfidf
-        and not parallel
-        and not any("content_profile" in r for r in results)
-    ):
+    profiles = {
+        (r["content_profile"]["recent"], r["content_profile"]["decay"])
+        for r in results
+        if "content_profile" in r
+    }
+    if not notes and not tfidf and not parallel and not profiles:
         return ""
     text = (
         "Beam scores of `unconstrained` and `static` (eval.cold_prior_weight, "
@@ -121,12 +121,10 @@ def scoring_note(results: list[dict]) -> str:
                 else "."
             )
         )
-    profiles = {json.dumps(r["content_profile"]) for r in results if "content_profile" in r}
-    for profile in sorted(profiles):
-        p = json.loads(profile)
+    for recent, decay in sorted(profiles):
         text += (
-            f" The content neighbour's query weights the user's last {p['recent']} items by "
-            f"{p['decay']:g}**j, j places from the end (eval.cold_content_recent, "
+            f" The content neighbour's query weights the user's last {recent} items by "
+            f"{decay:g}**j, j places from the end (eval.cold_content_recent, "
             "eval.cold_content_decay)."
         )
     if tfidf:
