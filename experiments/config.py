@@ -14,6 +14,7 @@ from data.errors import ArgumentError
 from data.splits import check_fraction
 from data.typed_json import from_dict
 from decoding.config import DecodeConfig
+from experiments.evaluation.profile import ContentProfile
 from rqvae.config import RQVAEConfig
 from seqmodel.config import ENSEMBLE_RULES, HARNESS_LAYOUTS, ParallelCodesConfig, SeqModelConfig
 
@@ -252,12 +253,7 @@ def validate(cfg: Config) -> Config:
         raise ArgumentError(f"eval.cold_hybrid_weight={w}: must be finite and >= 0 (0: off)")
     if not (math.isfinite(k0) and k0 > 0):
         raise ArgumentError(f"eval.cold_hybrid_offset={k0}: must be finite and > 0")
-    r, g = cfg.eval.cold_content_recent, cfg.eval.cold_content_decay
-    if r < 1 or not (math.isfinite(g) and 0 < g <= 1):
-        raise ArgumentError(
-            f"eval.cold_content_recent={r}, eval.cold_content_decay={g}: need recent >= 1 and "
-            "decay in (0, 1]"
-        )
+    ContentProfile.of(cfg.eval)  # checks its bounds, naming both keys
     if cfg.eval.cold_content_vectors not in CONTENT_VECTORS:
         raise ArgumentError(
             f"eval.cold_content_vectors={cfg.eval.cold_content_vectors!r}: must be one of "

@@ -23,11 +23,11 @@ from experiments import config as config_lib
 from experiments.evaluation import decode as evaluate
 from experiments.evaluation import metrics, plots, retrieval
 from experiments.evaluation.baselines import (
-    ContentProfile,
     content_queries,
     content_ranking,
     rank_fusion,
 )
+from experiments.evaluation.profile import ContentProfile
 from experiments.pipeline.layout import RunLayout, Split
 
 BINS = 5

@@ -12,45 +12,20 @@ from jaxtyping import Float, Int
 
 from data.types import Histories
 from experiments.evaluation import metrics
+from experiments.evaluation.profile import PLAIN_PROFILE, ContentProfile
 from rqvae.cooc import cooccurrence_counts, training_sequences
-
-CONTENT_RECENT = 3  # the user's last items whose mean embedding is the query
-
-
-@dataclasses.dataclass(frozen=True)
-class ContentProfile:
-    """A user's text profile, the content neighbour's query: the weighted mean of the unit
-    embeddings of the history's last `recent` items, the item j places from the end weighted
-    decay**j (decay 1: the plain mean)."""
-
-    recent: int = CONTENT_RECENT
-    decay: float = 1.0
-
-    def __post_init__(self):
-        if self.recent < 1 or not 0.0 < self.decay <= 1.0:
-            raise ValueError(
-                f"content profile: recent >= 1 and decay in (0, 1], got {self.recent}, {self.decay}"
-            )
-
-    @classmethod
-    def of(cls, eval_cfg) -> "ContentProfile":
-        """The profile of eval.cold_content_recent and eval.cold_content_decay."""
-        return cls(eval_cfg.cold_content_recent, eval_cfg.cold_content_decay)
 
 
 def content_queries(
     emb: Float[np.ndarray, "N E"] | sp.spmatrix,
     histories: Histories,
-    profile: ContentProfile = ContentProfile(),
+    profile: ContentProfile = PLAIN_PROFILE,
 ) -> tuple[Float[np.ndarray, "N E"], Float[np.ndarray, "U E"]]:
     """(unit item embeddings, each history's query: its text `profile`). A sparse `emb` (TF-IDF
     rows) gives both as sparse CSR."""
     rows, items, take = recent_items(histories, profile.recent)
-    # Places from the end of each history (0: the last item), then each row's weights summing to 1.
-    age = np.repeat(np.cumsum(take) - 1, take) - np.arange(take.sum())
-    weight = profile.decay ** age.astype(np.float64)
-    weight /= np.bincount(rows, weight, minlength=len(histories))[rows]
     if sp.issparse(emb):
+        weight = _profile_weights(rows, take, profile.decay, len(histories))
         emb = sp.csr_matrix(emb, dtype=np.float64)
         norms = np.sqrt(np.asarray(emb.multiply(emb).sum(axis=1)).ravel())
         unit = sp.diags(1.0 / np.maximum(norms, 1e-12)) @ emb
@@ -62,8 +37,17 @@ def content_queries(
     if profile.decay == 1.0:  # the plain mean, summed then divided (the same floats as ever)
         np.add.at(query_UE, rows, unit[items])
         return unit, query_UE / take[:, None]
+    weight = _profile_weights(rows, take, profile.decay, len(histories))
     np.add.at(query_UE, rows, weight[:, None] * unit[items])
     return unit, query_UE
+
+
+def _profile_weights(rows, take, decay: float, num_rows: int) -> np.ndarray:
+    """Each (row, item) pair's weight, decay**(places from the end), each row's summing to 1."""
+    # Places from the end of each history (0: the last item).
+    age = np.repeat(np.cumsum(take) - 1, take) - np.arange(take.sum())
+    weight = decay ** age.astype(np.float64)
+    return weight / np.bincount(rows, weight, minlength=num_rows)[rows]
 
 
 def cosines(queries, items_T) -> np.ndarray:
@@ -94,7 +78,7 @@ def content_ranking(
     candidates: Int[np.ndarray, " C"],
     *,
     k: int,
-    profile: ContentProfile = ContentProfile(),
+    profile: ContentProfile = PLAIN_PROFILE,
     chunk: int = 4096,
 ) -> Int[np.ndarray, "U k"]:
     """For each history, the top-k candidates by cosine between the candidate's embedding and the
@@ -125,7 +109,7 @@ def content_metrics(
     candidates: Int[np.ndarray, " C"],
     *,
     k: int,
-    profile: ContentProfile = ContentProfile(),
+    profile: ContentProfile = PLAIN_PROFILE,
 ) -> dict:
     """Recall@1/5/10 and NDCG@5/10 of the content nearest neighbour, with its latency per user."""
     start = time.perf_counter()

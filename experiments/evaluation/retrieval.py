@@ -40,7 +40,6 @@ from experiments.config import Config, EvalConfig
 from experiments.evaluation import decode as evaluate
 from experiments.evaluation import metrics
 from experiments.evaluation.baselines import (
-    ContentProfile,
     CooccurrencePrior,
     content_metrics,
     content_queries,
@@ -51,6 +50,7 @@ from experiments.evaluation.baselines import (
     rank_fusion,
 )
 from experiments.evaluation.decode import Decoded
+from experiments.evaluation.profile import PLAIN_PROFILE, ContentProfile
 from experiments.evaluation.report import (
     CONTENT_PRIOR,
     COOCCURRENCE_PRIOR,
@@ -334,7 +334,7 @@ def _cold_header(cfg: Config, split: ColdStartSplit, num_users: int, validation:
         "content_vectors": cfg.eval.cold_content_vectors,
     }
     profile = ContentProfile.of(cfg.eval)
-    if profile != ContentProfile():
+    if profile != PLAIN_PROFILE:
         out["content_profile"] = dataclasses.asdict(profile)
     return out
 

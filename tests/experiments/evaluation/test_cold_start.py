@@ -162,11 +162,11 @@ def test_content_prior_is_reported_and_a_strong_one_follows_the_content_neighbou
     from data.splits import cold_start_split
     from decoding import StaticConstraint, StaticIndex
     from experiments.evaluation.baselines import (
-        ContentProfile,
         content_queries,
         content_ranking,
         cosines,
     )
+    from experiments.evaluation.profile import ContentProfile
     from experiments.evaluation.retrieval import (
         _content_inputs,
         cold_scoring,
