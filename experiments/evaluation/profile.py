@@ -2,7 +2,6 @@
 `baselines` so that config validation can check it without importing the evaluation stack."""
 
 import dataclasses
-import math
 
 from data.errors import ArgumentError
 
@@ -19,7 +18,7 @@ class ContentProfile:
     decay: float = 1.0
 
     def __post_init__(self):
-        if self.recent < 1 or not (math.isfinite(self.decay) and 0.0 < self.decay <= 1.0):
+        if self.recent < 1 or not 0.0 < self.decay <= 1.0:  # NaN and inf fail it too
             raise ArgumentError(
                 f"eval.cold_content_recent={self.recent}, eval.cold_content_decay={self.decay}: "
                 "the content profile needs recent >= 1 and decay in (0, 1]"
