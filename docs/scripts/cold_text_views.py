@@ -62,11 +62,9 @@ def main() -> None:
     args = ap.parse_args()
     fraction = check_fraction(args.fraction, "FRACTION")
     layout = RunLayout(args.workdir)
-    if not layout.config.is_file():
-        raise ArtifactError(
-            f"{layout.config}: missing; run `genret prepare --workdir {layout.root}`"
-        )
-    cfg = config_lib.load_json(layout.config)
+    cfg = config_lib.load_json(
+        layout.require(layout.config, f"genret prepare --workdir {layout.root}")
+    )
     ds = load_dataset(layout)
     split = (cold_start_split if args.test else validation_split)(ds, fraction)
     profile = ContentProfile.of(cfg.eval)
@@ -81,7 +79,9 @@ def main() -> None:
     preset_rows = tfidf_rows(texts, cfg.rqvae, cache_dir=layout.embeddings)
     if preset_rows is None:
         raise ArtifactError(f"{layout.prepared}: no item text has a word TF-IDF keeps")
-    scores = {PRESET: neighbour(preset_rows)}
+    unit, queries = content_queries(preset_rows, histories, profile)
+    to_cold = cosines(unit, unit[cands].T)  # [N, C]: every item's cosine to each cold item
+    scores = {PRESET: cosines(queries, unit[cands].T)}
     for name, kw in VIEWS.items():
         scores[name] = neighbour(TfidfVectorizer(dtype=np.float32, **kw).fit_transform(texts))
     if args.minilm:  # cached in WORKDIR/embeddings, as the tokenizer stage caches it
@@ -93,8 +93,6 @@ def main() -> None:
     # averaged over the user's profile, then mapped onto the cold items by the preset's cosines.
     counts = cooccurrence_counts(split.train, len(texts), 2).tocsr().astype(np.float64)
     counts = sp.diags(1.0 / np.maximum(np.asarray(counts.sum(axis=1)).ravel(), 1e-12)) @ counts
-    unit, _ = content_queries(preset_rows, histories, profile)
-    to_cold = cosines(unit, unit[cands].T)  # [N, C]
     _, weights = content_queries(sp.identity(len(texts), format="csr"), histories, profile)
     scores["co-occurrence -> text"] = weights @ (counts @ to_cold)
 

@@ -1,8 +1,33 @@
-"""Shared by the end-to-end tests that stop a training process."""
+"""Shared by the end-to-end tests: a prepared tiny work directory, the docs scripts run as users
+run them, and the wait for a training process's first checkpoint."""
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def prepare_tiny(workdir: Path) -> Path:
+    """`genret prepare` of the synthetic dataset with the `tiny` preset into `workdir`."""
+    from experiments import cli
+
+    argv = ["prepare", "--dataset", "synthetic", "--config", "tiny", "--workdir", str(workdir)]
+    assert cli.main(argv) == 0
+    return workdir
+
+
+def run_docs_script(name: str, *args: str) -> subprocess.CompletedProcess:
+    """`python docs/scripts/NAME ARGS...` from the repository root, its output captured."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
 
 
 def wait_for_checkpoint(checkpoints: Path, still_running: Callable[[], None], limit_s=180.0):

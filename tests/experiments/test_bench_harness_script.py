@@ -1,40 +1,16 @@
 """docs/scripts/bench_harness_layouts.py: times both harness layouts on a prepared work
 directory and prints one table row per layout."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from experiments import cli
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "docs" / "scripts" / "bench_harness_layouts.py"
+from tests.experiments.helpers import prepare_tiny, run_docs_script
 
 
 @pytest.mark.slow
 def test_both_layouts_are_timed(tmp_path):
-    w = tmp_path / "w"
-    assert (
-        cli.main(["prepare", "--dataset", "synthetic", "--config", "tiny", "--workdir", str(w)])
-        == 0
-    )
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            str(w),
-            "sasrec",
-            "--steps",
-            "2",
-            "--set",
-            "sasrec.batch_size=8",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
+    w = prepare_tiny(tmp_path / "w")
+    out = run_docs_script(
+        "bench_harness_layouts.py", str(w), "sasrec", "--steps", "2", "--set", "sasrec.batch_size=8"
     )
     assert out.returncode == 0, out.stderr
     rows = [

@@ -1,42 +1,25 @@
 """docs/scripts/cold_text_views.py: the content neighbour under other text views on a cold split.
 Its row for the preset's view must be the harness's content neighbour on the same split."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from data.splits import validation_split
-from experiments import cli
 from experiments import config as config_lib
 from experiments.evaluation.baselines import content_metrics
 from experiments.evaluation.profile import ContentProfile
 from experiments.pipeline.artifacts import load_dataset
 from experiments.pipeline.layout import RunLayout
 from rqvae.embed import tfidf_rows
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "docs" / "scripts" / "cold_text_views.py"
+from tests.experiments.helpers import prepare_tiny, run_docs_script
 
 
-def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+def run_script(*args: str):
+    return run_docs_script("cold_text_views.py", *args)
 
 
 @pytest.mark.slow
 def test_preset_row_is_the_harness_neighbour(tmp_path):
-    w = tmp_path / "w"
-    assert (
-        cli.main(["prepare", "--dataset", "synthetic", "--config", "tiny", "--workdir", str(w)])
-        == 0
-    )
+    w = prepare_tiny(tmp_path / "w")
     out = run_script(str(w), "0.1")
     assert out.returncode == 0, out.stderr
     rows = {
@@ -72,7 +55,7 @@ def test_bad_input_is_one_line(tmp_path):
     out = run_script(str(tmp_path / "missing"), "0.02")
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
-        f"cold_text_views: {tmp_path / 'missing' / 'config.json'}: missing; run "
+        f"cold_text_views: {tmp_path / 'missing' / 'config.json'} is missing; make it with "
         f"`genret prepare --workdir {tmp_path / 'missing'}`"
     ]
     out = run_script(str(tmp_path), "0.9")
