@@ -4,7 +4,7 @@ leave-one-out split (all but each user's last two items; early-stopped on second
 rank the full catalog for every test user, write WORKDIR/results/parallel.json (Recall/NDCG@5/10);
 the report shows it beside the other methods. Config: the `parallel` section (--set
 parallel.num_codes=16 ...).
-Example: genret parallel --workdir runs/beauty_single --validation
+Example: genret parallel --workdir runs/beauty_parallel --validation
 """
 
 import argparse

@@ -16,7 +16,7 @@ def test_leave_one_out_presets_are_what_was_measured_by_hand(dataset):
     """`D_item_cf` is `D_item` with the `--set` flags its runs were measured with (collaborative
     SIDs, dropout 0.3, the co-occurrence teacher, four seeds, the 10,000-user holdout, batch 64),
     and `D_item_cf_long` the same with six. Sports fits two retrievers in the budget and runs four
-    as its `-long`."""
+    as its `-long`. `D_single` is its first retriever alone."""
     ensemble, long_ensemble = ("1", "1,2,3") if dataset == "sports" else ("1,2,3", "1,2,3,4,5")
     by_hand = config_lib.apply_overrides(
         config_lib.load_preset(f"{dataset}_item"),
@@ -40,6 +40,23 @@ def test_leave_one_out_presets_are_what_was_measured_by_hand(dataset):
         by_hand, [f"eval.warm_ensemble_seeds={long_ensemble}", f"name={dataset}_item_cf_long"]
     )
     assert config_lib.load_preset(f"{dataset}_item_cf_long") == long
+    single = config_lib.apply_overrides(
+        by_hand, ["eval.warm_ensemble_seeds=", f"name={dataset}_single"]
+    )
+    assert config_lib.load_preset(f"{dataset}_single") == single
+
+
+@pytest.mark.parametrize("dataset", ["beauty", "toys", "sports"])
+def test_single_presets_train_and_rank_one_retriever(tmp_path, dataset):
+    from data import atomic, prepared
+    from experiments.pipeline.layout import RunLayout
+    from experiments.pipeline.workflow import build_stages
+
+    layout = RunLayout(tmp_path)
+    atomic.write_json(layout.prepared / prepared.KEY_FILE, {"key": "k"})
+    cfg = config_lib.validate(config_lib.load_preset(f"{dataset}_single"))
+    stages = build_stages(cfg, layout, progress=False)
+    assert [s.name for s in stages] == ["tokenizer", "retriever_loo", "eval_warm"]
 
 
 def test_typed_overrides():

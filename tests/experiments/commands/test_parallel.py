@@ -1,5 +1,5 @@
 """genret parallel and the pipeline's `parallel` stage on the tiny preset: the results file, the
-validation split, the report row, a pipeline of that stage alone, and the `*_single` presets."""
+validation split, the report row, a pipeline of that stage alone, and the `*_parallel` presets."""
 
 import json
 from pathlib import Path
@@ -78,10 +78,10 @@ def test_a_pipeline_of_the_parallel_stage_alone_then_skips(tmp_path, capsys):
     assert "[parallel] up to date, skipped" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["beauty_single", "toys_single", "sports_single"])
-def test_single_presets_run_the_parallel_stage_alone(tmp_path, name):
+@pytest.mark.parametrize("name", ["beauty_parallel", "toys_parallel", "sports_parallel"])
+def test_parallel_presets_run_the_parallel_stage_alone(tmp_path, name):
     cfg = config_lib.validate(config_lib.load_preset(name))
-    assert cfg.name == name and cfg.data.dataset == name.removesuffix("_single")
+    assert cfg.name == name and cfg.data.dataset == name.removesuffix("_parallel")
     layout = RunLayout(tmp_path)
     atomic.write_json(layout.prepared / prepared.KEY_FILE, {"key": "k"})
     stages = build_stages(cfg, layout, progress=False)
