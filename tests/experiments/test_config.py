@@ -1,8 +1,12 @@
-"""Config tree: presets load, typed overrides, unknown keys rejected, JSON round trip."""
+"""Config tree: presets load (and the stages the single presets build), typed overrides, unknown keys
+rejected, JSON round trip."""
 
 import pytest
 
+from data import atomic, prepared
 from experiments import config as config_lib
+from experiments.pipeline.layout import RunLayout
+from experiments.pipeline.workflow import build_stages
 
 
 def test_every_preset_loads():
@@ -48,10 +52,6 @@ def test_leave_one_out_presets_are_what_was_measured_by_hand(dataset):
 
 @pytest.mark.parametrize("dataset", ["beauty", "toys", "sports"])
 def test_single_presets_train_and_rank_one_retriever(tmp_path, dataset):
-    from data import atomic, prepared
-    from experiments.pipeline.layout import RunLayout
-    from experiments.pipeline.workflow import build_stages
-
     layout = RunLayout(tmp_path)
     atomic.write_json(layout.prepared / prepared.KEY_FILE, {"key": "k"})
     cfg = config_lib.validate(config_lib.load_preset(f"{dataset}_single"))
