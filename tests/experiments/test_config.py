@@ -1,5 +1,5 @@
-"""Config tree: presets load (and the stages the single presets build), typed overrides, unknown keys
-rejected, JSON round trip."""
+"""Config tree: presets load (and the stages the single presets build), typed overrides, unknown
+keys rejected, JSON round trip."""
 
 import pytest
 
