@@ -1,5 +1,6 @@
-"""Shared by the end-to-end tests: a prepared tiny work directory, the docs scripts run as users
-run them, and the wait for a training process's first checkpoint."""
+"""Shared by the experiments tests: a prepared tiny work directory, a layout whose stages can be
+keyed, the docs scripts run as users run them, and the wait for a training process's first
+checkpoint."""
 
 import subprocess
 import sys
@@ -17,6 +18,17 @@ def prepare_tiny(workdir: Path) -> Path:
     argv = ["prepare", "--dataset", "synthetic", "--config", "tiny", "--workdir", str(workdir)]
     assert cli.main(argv) == 0
     return workdir
+
+
+def keyed_layout(root: Path):
+    """A RunLayout at `root` whose prepared-data key exists (key "k"), so that `build_stages` can
+    key every stage without a prepared dataset."""
+    from data import atomic, prepared
+    from experiments.pipeline.layout import RunLayout
+
+    layout = RunLayout(root)
+    atomic.write_json(layout.prepared / prepared.KEY_FILE, {"key": "k"})
+    return layout
 
 
 def run_docs_script(name: str, *args: str) -> subprocess.CompletedProcess:

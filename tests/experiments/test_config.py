@@ -3,10 +3,9 @@ keys rejected, JSON round trip."""
 
 import pytest
 
-from data import atomic, prepared
 from experiments import config as config_lib
-from experiments.pipeline.layout import RunLayout
 from experiments.pipeline.workflow import build_stages
+from tests.experiments.helpers import keyed_layout
 
 
 def test_every_preset_loads():
@@ -52,8 +51,7 @@ def test_leave_one_out_presets_are_what_was_measured_by_hand(dataset):
 
 @pytest.mark.parametrize("dataset", ["beauty", "toys", "sports"])
 def test_single_presets_train_and_rank_one_retriever(tmp_path, dataset):
-    layout = RunLayout(tmp_path)
-    atomic.write_json(layout.prepared / prepared.KEY_FILE, {"key": "k"})
+    layout = keyed_layout(tmp_path)
     cfg = config_lib.validate(config_lib.load_preset(f"{dataset}_single"))
     stages = build_stages(cfg, layout, progress=False)
     assert [s.name for s in stages] == ["tokenizer", "retriever_loo", "eval_warm"]

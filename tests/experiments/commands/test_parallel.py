@@ -7,13 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data import atomic, prepared
 from data.prepared import load_prepared
 from data.splits import leave_one_out
 from experiments import cli
 from experiments import config as config_lib
-from experiments.pipeline.layout import RunLayout
 from experiments.pipeline.workflow import build_stages
+from tests.experiments.helpers import keyed_layout
 
 FAST = [
     *("--set", "parallel.num_layers=1", "--set", "parallel.d_model=16"),
@@ -82,8 +81,7 @@ def test_a_pipeline_of_the_parallel_stage_alone_then_skips(tmp_path, capsys):
 def test_parallel_presets_run_the_parallel_stage_alone(tmp_path, name):
     cfg = config_lib.validate(config_lib.load_preset(name))
     assert cfg.name == name and cfg.data.dataset == name.removesuffix("_parallel")
-    layout = RunLayout(tmp_path)
-    atomic.write_json(layout.prepared / prepared.KEY_FILE, {"key": "k"})
+    layout = keyed_layout(tmp_path)
     stages = build_stages(cfg, layout, progress=False)
     assert [s.name for s in stages] == ["parallel"]
     # Its key follows the embedder and the parallel section, not the RQ-VAE's training.

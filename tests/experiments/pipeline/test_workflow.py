@@ -9,7 +9,7 @@ import pytest
 
 from data import atomic, prepared
 from experiments import cli, config
-from tests.experiments.helpers import wait_for_checkpoint
+from tests.experiments.helpers import keyed_layout, wait_for_checkpoint
 
 
 def _count_calls(monkeypatch, module, name: str, calls: list, only=lambda *a, **k: True):
@@ -407,12 +407,10 @@ def test_cold_parallel_adds_its_stages_and_enters_only_the_cold_evaluations_keys
     """Off, no stage key holds the flag (runs made before it keep their keys); on, a
     parallel_cold_<p> stage per fraction, keyed by the parallel section and not by the SIDs, and
     the evaluation of that fraction waits on it."""
-    from experiments.pipeline.layout import RunLayout
     from experiments.pipeline.ledger import stage_keys
     from experiments.pipeline.workflow import build_stages
 
-    layout = RunLayout(tmp_path)
-    atomic.write_json(layout.prepared / prepared.KEY_FILE, {"key": "k"})
+    layout = keyed_layout(tmp_path)
     cfg = config.apply_overrides(config.load_preset("tiny"), ["eval.parallel=true"])
     off = build_stages(cfg, layout, progress=False)
     for st in off:
@@ -469,12 +467,10 @@ def test_pipeline_with_cold_parallel_writes_it_into_the_cold_start_results(tmp_p
 def test_content_profile_enters_only_the_cold_evaluations_keys_and_only_when_set(tmp_path):
     """At their defaults the profile's fields are in no stage key (work directories evaluated
     before them keep their keys); set, they change the cold-start evaluations' keys only."""
-    from experiments.pipeline.layout import RunLayout
     from experiments.pipeline.ledger import stage_keys
     from experiments.pipeline.workflow import build_stages
 
-    layout = RunLayout(tmp_path)
-    atomic.write_json(layout.prepared / prepared.KEY_FILE, {"key": "k"})
+    layout = keyed_layout(tmp_path)
     cfg = config.load_preset("tiny")
     stages = build_stages(cfg, layout, progress=False)
     for st in stages:
