@@ -1,9 +1,9 @@
-"""Toys and Games, leave-one-out: `beauty_single` (one item-level retriever, Beauty's settings)
-on Toys.
+"""Toys and Games, leave-one-out: `beauty_single` (one item-level retriever with a moving average
+of its parameters, Beauty's settings) on Toys.
 
-Test R@5 / N@5 / R@10 / N@10 4.92 / 3.33 / 7.36 / 4.12 as the mean of `toys_item_cf`'s four
-members of pipeline seed 0 ranked alone (RPG: 5.92 / 4.01 / 8.69 / 4.90), Intel Xeon, 19-20
-minutes of training beside another; docs/RESULTS.md, rows e.
+Test R@5 / N@5 / R@10 / N@10 5.00 / 3.34 / 7.37 / 4.10 at pipeline seed 0 (RPG: 5.92 / 4.01 /
+8.69 / 4.90), Intel Xeon, 16 minutes from an empty work directory (training loop 12);
+docs/RESULTS.md, rows e.
 Command: `genret pipeline --dataset toys --config toys_single --workdir runs/toys_single`.
 """
 
