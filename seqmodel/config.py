@@ -120,6 +120,12 @@ class SeqModelConfig:
     # one retriever no better Beauty validation Recall@10 / NDCG@10 (9.51 / 5.30 against 9.53 /
     # 5.32) for a loop of 738 s against 663 s.
     cooc_neighbors: int = 32
+    # > 0: the retriever is distilled from a trained teacher (self-distillation): at every target
+    # the loss mixes in, with this weight, the cross-entropy against the teacher's distribution
+    # over that level's codes, teacher-forced on the same inputs (seqmodel.train.teacher_soft_mix).
+    # The pipeline first trains the teacher, this config with self_distill=0 and the same seed,
+    # in W/teacher_<split> (experiments.pipeline.stages.train_retriever). 0: off.
+    self_distill: float = 0.0
     # arch=item only: > 0 adds, with this weight, -log(1 - p(the item just read)) at every target
     # (unlikelihood on repeats: seqmodel.item_model.target_and_repeat_logits), for data that never
     # repeat an item in a history. 0: off.
@@ -189,6 +195,8 @@ class SeqModelConfig:
                 "seqmodel.cooc_distill must be in [0, 1] and seqmodel.cooc_neighbors >= 1, got "
                 f"{self.cooc_distill} and {self.cooc_neighbors}"
             )
+        if not 0.0 <= self.self_distill <= 1.0:
+            raise ValueError(f"seqmodel.self_distill must be in [0, 1], got {self.self_distill}")
         if self.unlikelihood < 0 or (self.unlikelihood and self.arch != "item"):
             raise ValueError(
                 "seqmodel.unlikelihood must be >= 0, and > 0 only with seqmodel.arch=item, got "
@@ -217,8 +225,12 @@ class SeqModelConfig:
 
 
 def identity_fields(cfg: SeqModelConfig) -> dict:
-    """`cfg` as a dict for fingerprints (data.fingerprint versions them)."""
-    return dataclasses.asdict(cfg)
+    """`cfg` as a dict for fingerprints and stage keys (data.fingerprint versions them); a field
+    added at its off value is left out, so that models trained before it keep their keys."""
+    fields = dataclasses.asdict(cfg)
+    if not fields["self_distill"]:
+        del fields["self_distill"]
+    return fields
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -2,6 +2,8 @@
 hands them to the one training loop (`seqmodel.trainer`) with Recall@K validation."""
 
 import dataclasses
+import functools
+import json
 from pathlib import Path
 
 import jax
@@ -31,9 +33,9 @@ from seqmodel.config import SeqModelConfig, identity_fields
 from seqmodel.cooc_teacher import CoocTeacher
 from seqmodel.draft import draft_nll
 from seqmodel.files import MODEL_FILE, SUMMARY_FILE
-from seqmodel.inference import recall_at_k, retriever_decoder
+from seqmodel.inference import load_retriever, recall_at_k, retriever_decoder
 from seqmodel.model import token_log_likelihood
-from seqmodel.state import TrainState, eval_params, new_train_state
+from seqmodel.state import Retriever, TrainState, eval_params, new_train_state
 from seqmodel.tokens import (
     NUM_SPECIAL,
     PAD,
@@ -66,8 +68,12 @@ def loss_fn(
     # whatever the lengths its batch holds.
     denominator = batch["norm"].sum() if "norm" in batch else count
     objective = nll_sum
+    mixed = ll
     if "teach_codes" in batch:  # seqmodel.cooc_distill: the teacher's cross-entropy mixed in
         mixed = teacher_mix(ll, logits, batch["teach_codes"], batch["teach_weights"], model.cfg)
+    if "teacher_logits" in batch:  # seqmodel.self_distill: a trained retriever's, mixed in
+        mixed = teacher_soft_mix(mixed, logits, batch["teacher_logits"], model.cfg.self_distill)
+    if mixed is not ll:
         objective = -(mixed * w).sum()
     loss, aux = objective / jnp.maximum(denominator, 1.0), {"nll_sum": nll_sum, "count": count}
     if model.cfg.unlikelihood:
@@ -151,6 +157,18 @@ def teacher_mix(
     return jnp.where(total > 0, (1.0 - a) * ll + a * soft, ll)
 
 
+def teacher_soft_mix(
+    ll: Float[Array, "B T"],
+    logits: Float[Array, "B T V"],
+    teacher_logits: Float[Array, "B T V"],
+    a: float,
+) -> Float[Array, "B T"]:
+    """(1 - a) ll + a sum_v p_teacher(v) log p(v) over the codes of each target's level
+    (seqmodel.self_distill)."""
+    soft = (jax.nn.softmax(teacher_logits, axis=-1) * jax.nn.log_softmax(logits, axis=-1)).sum(-1)
+    return (1.0 - a) * ll + a * soft
+
+
 def train_step(
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,
@@ -158,12 +176,21 @@ def train_step(
     state: TrainState,
     batch: dict,
     total_steps: jax.Array | None = None,
+    teacher_params: nnx.State | None = None,
+    *,
+    teacher_graphdef: nnx.GraphDef | None = None,
 ) -> tuple[TrainState, dict]:
     """One AdamW step; dropout keys derive from (seed, step) so a resumed run replays exactly.
 
     `total_steps`, when given, is the schedule's length for `tx` from seqmodel.state's
     make_optimizer: passed with the seed as arguments (`step_arguments`), they leave one compiled
-    program for every run of the same shapes, whatever its seed and length."""
+    program for every run of the same shapes, whatever its seed and length. `teacher_params`
+    (with its `teacher_graphdef`): a frozen retriever whose teacher-forced logits on the batch
+    the loss distils (seqmodel.self_distill)."""
+    if teacher_params is not None:
+        teacher = nnx.merge(teacher_graphdef, teacher_params)
+        t_logits = teacher.target_logits(batch["inputs"], None, batch.get("segments"))
+        batch = {**batch, "teacher_logits": jax.lax.stop_gradient(t_logits)}
     key = jax.random.fold_in(jax.random.key(seed), state.step)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     (loss, aux), grads = grad_fn(state.params, graphdef, batch, key)
@@ -193,16 +220,23 @@ def make_trainer(
     seed: int,
     total_steps: int,
     mesh: Mesh,
+    teacher: Retriever | None = None,
 ) -> Trainer:
     """The retriever's `Trainer` over `train_step`. Seed and schedule length are arguments of the
     program, not constants: retrievers that differ only in them (ensemble seeds; a pipeline's
     cold-start and leave-one-out runs) share its compilation, through JAX's persistent cache
     across processes. Same floats either way (the seed is exact integer arithmetic;
-    seqmodel.state.traced_warmup_cosine for the length)."""
+    seqmodel.state.traced_warmup_cosine for the length).
+    The `teacher` (seqmodel.self_distill) is an argument too: its parameters, frozen."""
+    step, extra = train_step, {}
+    if teacher is not None:
+        teacher_graphdef, teacher_params = nnx.split(teacher)
+        step = functools.partial(train_step, teacher_graphdef=teacher_graphdef)
+        extra = {"teacher_params": teacher_params}
     args = step_arguments(seed, total_steps)
     if args is None:
-        return Trainer(train_step, graphdef, tx, seed, mesh=mesh)
-    return Trainer(train_step, graphdef, tx, mesh=mesh, args=args)
+        return Trainer(step, graphdef, tx, seed, mesh=mesh, args=extra)
+    return Trainer(step, graphdef, tx, mesh=mesh, args={**args, **extra})
 
 
 def training_source(cfg: SeqModelConfig, h: Histories) -> HistorySource | WindowSource:
@@ -285,10 +319,13 @@ class TrainResult:
     summary: dict
 
 
-def inputs_fingerprint(cfg: SeqModelConfig, data: RetrieverData) -> str:
-    """Hash of the config, SIDs and split: a checkpoint resumes only under the same inputs."""
+def inputs_fingerprint(cfg: SeqModelConfig, data: RetrieverData, teacher: str = "") -> str:
+    """Hash of the config, SIDs and split (and the `teacher`'s own inputs fingerprint, under
+    seqmodel.self_distill): a checkpoint resumes only under the same inputs."""
     arrays = (data.sids, data.train.items, data.train.offsets, data.valid_targets, data.allowed)
     fields = identity_fields(cfg)
+    if teacher:
+        fields["teacher"] = teacher
     if cfg.draft_head == "none":
         # Settings of a head this retriever does not have: leaving them out keeps the
         # fingerprints of retrievers trained before they existed.
@@ -304,11 +341,20 @@ def train_and_evaluate(
     stop_after: int | None = None,
     mesh: Mesh | None = None,
     show_progress: bool = True,
+    teacher_dir: Path | str | None = None,
 ) -> TrainResult:
     """Trains (resuming from workdir/checkpoints), validates Recall@K, early-stops, checkpoints.
 
     `stop_after` ends the run after that many steps in total, as a kill would (tests of resume).
+    `teacher_dir`: a trained retriever's work directory, whose best checkpoint this one distils
+    (needed exactly when cfg.self_distill > 0).
     """
+    if (teacher_dir is None) != (cfg.self_distill == 0):
+        raise ValueError("seqmodel.self_distill > 0 needs a teacher retriever, and only it")
+    teacher, teacher_key = None, ""
+    if teacher_dir is not None:
+        teacher = load_retriever(teacher_dir, read_only=True)
+        teacher_key = json.loads((Path(teacher_dir) / MODEL_FILE).read_text())["inputs"]
     workdir = Path(workdir)
     mesh = sharding.make_mesh() if mesh is None else mesh
     sharding.check_batch_size(cfg.batch_size, mesh)
@@ -319,7 +365,7 @@ def train_and_evaluate(
     total = cfg.max_steps or cfg.num_epochs * steps_per_epoch
 
     graphdef, tx, state = new_train_state(cfg, space, total)
-    trainer = make_trainer(graphdef, tx, cfg.seed, total, mesh)
+    trainer = make_trainer(graphdef, tx, cfg.seed, total, mesh, teacher)
     run = Run(
         workdir,
         MODEL_FILE,
@@ -327,13 +373,14 @@ def train_and_evaluate(
             "seqmodel": dataclasses.asdict(cfg),
             "num_levels": space.num_levels,
             "codebook_size": V,
-            "inputs": inputs_fingerprint(cfg, data),
+            "inputs": inputs_fingerprint(cfg, data, teacher_key),
+            **({"teacher": teacher_key} if teacher_key else {}),
         },
         what="config, SIDs or split",
         patience_change=PatienceChange(
             "seqmodel",
             cfg.patience,
-            lambda p: inputs_fingerprint(dataclasses.replace(cfg, patience=p), data),
+            lambda p: inputs_fingerprint(dataclasses.replace(cfg, patience=p), data, teacher_key),
         ),
     )
     # The index is replicated on every device (STATIC appendix A.3), passed as an argument.

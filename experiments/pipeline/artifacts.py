@@ -129,7 +129,8 @@ def trained_on(
     rdir: Path, ds: InteractionData, sids: np.ndarray, split: Split, command: str
 ) -> bool:
     """Whether the retriever in `rdir` was trained on these SIDs and this split: its recorded
-    inputs fingerprint against theirs (`command` trains it, for a missing description)."""
+    inputs fingerprint against theirs (`command` trains it, for a missing description). A
+    distilled retriever's holds its teacher's, which its description records beside it."""
     from seqmodel.inference import read_description
     from seqmodel.train import inputs_fingerprint
 
@@ -137,7 +138,7 @@ def trained_on(
         Path(rdir) / MODEL_FILE, "retriever", command.removeprefix("genret ")
     )
     data = split_examples(ds, sids, split, space.codebook_size, seq)
-    return info.get("inputs") == inputs_fingerprint(seq, data)
+    return info.get("inputs") == inputs_fingerprint(seq, data, info.get("teacher", ""))
 
 
 def evaluated_checkpoint(rdir: Path, root: Path | None = None) -> dict:

@@ -107,7 +107,9 @@ def train_retriever(
     cfg: Config, layout: RunLayout, split: Split, *, progress: bool = True
 ) -> Written:
     """The decoder retriever of `split`, trained (or resumed) in its directory (an ensemble
-    member's split: with its own seed)."""
+    member's split: with its own seed). Under seqmodel.self_distill its teacher comes first: the
+    same config without it, trained (or resumed) in the split's teacher directory."""
+    from seqmodel.files import SUMMARY_FILE
     from seqmodel.train import train_and_evaluate
     from seqmodel.trainer import read_metrics
 
@@ -118,7 +120,15 @@ def train_retriever(
     V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
     seq = split.retriever_config(cfg.seqmodel)
     data = split_examples(ds, sids, split, V, seq)
-    result = train_and_evaluate(seq, layout.retriever(split), data, show_progress=progress)
+    teacher = None
+    if seq.self_distill:
+        teacher = layout.teacher(split)
+        if not (teacher / SUMMARY_FILE).is_file():  # written when its run ends
+            plain = dataclasses.replace(seq, self_distill=0.0)
+            train_and_evaluate(plain, teacher, data, show_progress=progress)
+    result = train_and_evaluate(
+        seq, layout.retriever(split), data, show_progress=progress, teacher_dir=teacher
+    )
     paths = [layout.retriever_summary(split), layout.retriever_model(split)]
     if jax.process_index() == 0:
         rows = read_metrics(layout.retriever_metrics(split))
