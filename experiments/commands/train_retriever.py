@@ -5,6 +5,8 @@ Reads W/prepared (`genret prepare`) and W/tokenizer (`genret train-tokenizer`); 
 W/retriever_cold_<p>/ or W/retriever_loo/: checkpoints (best + latest), metrics.jsonl, loss.png,
 train_summary.json. Validation: next-item Recall@K by beam search on held-out training items (no
 test target is used). Rerunning the same command resumes from the latest checkpoint.
+With seqmodel.self_distill > 0 it first trains (or resumes) the teacher, the same config without
+it, in W/teacher_<split>/, then distils it into W/retriever_<split>/.
 With --parallel (cold or cold-val): the parallel-codes retriever of that split instead (the
 `parallel` section, on the same histories; W/parallel_cold_<p>/), whose cold-set ranking
 eval-cold-start reports as `parallel` under eval.cold_parallel=true.

@@ -123,8 +123,10 @@ def train_retriever(
     teacher = None
     if seq.self_distill:
         teacher = layout.teacher(split)
-        if not (teacher / SUMMARY_FILE).is_file():  # written when its run ends
-            plain = dataclasses.replace(seq, self_distill=0.0)
+        plain = dataclasses.replace(seq, self_distill=0.0)
+        # A finished teacher of these inputs is kept (its summary is written when its run ends);
+        # any other is resumed, or started over where its inputs differ.
+        if not ((teacher / SUMMARY_FILE).is_file() and _trained_on(teacher, plain, data)):
             train_and_evaluate(plain, teacher, data, show_progress=progress)
     result = train_and_evaluate(
         seq, layout.retriever(split), data, show_progress=progress, teacher_dir=teacher
@@ -135,6 +137,18 @@ def train_retriever(
         plot = plots.loss_curve(rows, layout.retriever_plot(split))
         paths += [plot] if plot else []
     return Written(tuple(paths), {"retriever": str(layout.retriever(split)), **result.summary})
+
+
+def _trained_on(rdir: Path, seq: SeqModelConfig, data) -> bool:
+    """Whether the retriever in `rdir` was trained with `seq` on `data` (its inputs fingerprint)."""
+    from seqmodel.files import MODEL_FILE
+    from seqmodel.train import inputs_fingerprint
+
+    try:
+        info = json.loads((rdir / MODEL_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and info.get("inputs") == inputs_fingerprint(seq, data)
 
 
 def train_parallel_cold(

@@ -19,7 +19,8 @@ def test_leave_one_out_presets_are_what_was_measured_by_hand(dataset):
     """`D_item_cf` is `D_item` with the `--set` flags its runs were measured with (collaborative
     SIDs, dropout 0.3, the co-occurrence teacher, four seeds, the 10,000-user holdout, batch 64),
     and `D_item_cf_long` the same with six. Sports fits two retrievers in the budget and runs four
-    as its `-long`. `D_single` is its first retriever alone, with the parameters' moving average."""
+    as its `-long`. `D_single` is its first retriever alone, with the parameters' moving average,
+    distilled from a teacher of the same config."""
     ensemble, long_ensemble = ("1", "1,2,3") if dataset == "sports" else ("1,2,3", "1,2,3,4,5")
     by_hand = config_lib.apply_overrides(
         config_lib.load_preset(f"{dataset}_item"),
@@ -45,7 +46,12 @@ def test_leave_one_out_presets_are_what_was_measured_by_hand(dataset):
     assert config_lib.load_preset(f"{dataset}_item_cf_long") == long
     single = config_lib.apply_overrides(
         by_hand,
-        ["eval.warm_ensemble_seeds=", "seqmodel.ema_decay=0.999", f"name={dataset}_single"],
+        [
+            "eval.warm_ensemble_seeds=",
+            "seqmodel.ema_decay=0.999",
+            "seqmodel.self_distill=0.5",
+            f"name={dataset}_single",
+        ],
     )
     assert config_lib.load_preset(f"{dataset}_single") == single
 

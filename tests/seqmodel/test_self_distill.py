@@ -123,3 +123,13 @@ def test_pipeline_trains_the_teacher_then_its_student(tmp_path):
     assert student["seqmodel"]["self_distill"] == 0.5
     assert student["teacher"] == teacher["inputs"]
     assert (tmp_path / "results" / "warm.json").is_file()
+    # Another retriever seed: the student and its teacher train again (the teacher under its
+    # new inputs, not kept for its finished summary).
+    argv += ["--set", "seqmodel.seed=3"]
+    assert cli.main(argv) == 0
+    again = json.loads((tmp_path / "teacher_loo" / "retriever.json").read_text())
+    assert again["seqmodel"]["seed"] == 3 and again["inputs"] != teacher["inputs"]
+    assert (
+        json.loads((tmp_path / "retriever_loo" / "retriever.json").read_text())["teacher"]
+        == (again["inputs"])
+    )
