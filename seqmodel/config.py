@@ -124,7 +124,9 @@ class SeqModelConfig:
     # the loss mixes in, with this weight, the cross-entropy against the teacher's distribution
     # over that level's codes, teacher-forced on the same inputs (seqmodel.train.teacher_soft_mix).
     # The pipeline first trains the teacher, this config with self_distill=0 and the same seed,
-    # in W/teacher_<split> (experiments.pipeline.stages.train_retriever). 0: off.
+    # in W/teacher_<split> (experiments.pipeline.stages.train_retriever). 0: off. At 0.5 it lifts
+    # one retriever's Beauty validation Recall@10 / NDCG@10 from 9.88 / 5.67 to 10.19 / 5.74 (the
+    # users outside its holdout): the single presets use it.
     self_distill: float = 0.0
     # arch=item only: > 0 adds, with this weight, -log(1 - p(the item just read)) at every target
     # (unlikelihood on repeats: seqmodel.item_model.target_and_repeat_logits), for data that never
