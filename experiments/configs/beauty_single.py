@@ -5,7 +5,7 @@ moving average of the retriever's parameters, distilled from a teacher of the sa
 pipeline trains first (both chosen on Beauty's validation split): beams ranked by this retriever's
 log-probabilities only (`static_all_items`; the co-occurrence hybrid beside it is reported, never
 its number). Test R@5 / N@5 / R@10 / N@10 5.08 / 3.46 / 7.62 / 4.27, the mean of pipeline seeds
-0-2 (RPG: 5.50 / 3.81 / 8.09 / 4.64), Intel Xeon, about 33 minutes, teacher and student timed
+0-2 (RPG: 5.50 / 3.81 / 8.09 / 4.64), Intel Xeon, about 34 minutes, teacher and student timed
 apart (training loops about 28); docs/RESULTS.md, rows e.
 Command: `genret pipeline --dataset beauty --config beauty_single --workdir runs/beauty_single`."""
 
