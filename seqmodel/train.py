@@ -67,14 +67,12 @@ def loss_fn(
     # "norm" (bucketed layout): the batch's expected weight, so that every token weighs the same
     # whatever the lengths its batch holds.
     denominator = batch["norm"].sum() if "norm" in batch else count
-    objective = nll_sum
     mixed = ll
     if "teach_codes" in batch:  # seqmodel.cooc_distill: the teacher's cross-entropy mixed in
         mixed = teacher_mix(ll, logits, batch["teach_codes"], batch["teach_weights"], model.cfg)
     if "teacher_logits" in batch:  # seqmodel.self_distill: a trained retriever's, mixed in
         mixed = teacher_soft_mix(mixed, logits, batch["teacher_logits"], model.cfg.self_distill)
-    if mixed is not ll:
-        objective = -(mixed * w).sum()
+    objective = -(mixed * w).sum()
     loss, aux = objective / jnp.maximum(denominator, 1.0), {"nll_sum": nll_sum, "count": count}
     if model.cfg.unlikelihood:
         penalty = repeat_penalty(repeat, batch["inputs"], w, model.space.num_levels)
