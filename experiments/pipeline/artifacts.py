@@ -165,14 +165,14 @@ def evaluated_checkpoint(rdir: Path, root: Path | None = None) -> dict:
         where = where.relative_to(Path(root).resolve())
     return {
         "retriever": str(where),
-        "retriever_inputs": _trained_inputs(Path(rdir)),
+        "retriever_inputs": trained_inputs(Path(rdir)),
         "evaluated_step": step,
         "best_step": best,
         "fallback": best is not None and step != best,
     }
 
 
-def _trained_inputs(rdir: Path) -> str | None:
+def trained_inputs(rdir: Path) -> str | None:
     """The inputs fingerprint in a retriever's description (None where it cannot be read)."""
     try:
         return json.loads((rdir / MODEL_FILE).read_text()).get("inputs")
@@ -190,7 +190,7 @@ def _check_same_weights(path: Path, rdir: Path, result: dict) -> None:
     """An ArtifactError naming the results file when the retriever it evaluated, still in `rdir`,
     was trained again since (its inputs fingerprint is not the one the results record)."""
     inputs = result.get("retriever_inputs")
-    if inputs is not None and (rdir / MODEL_FILE).is_file() and _trained_inputs(rdir) != inputs:
+    if inputs is not None and (rdir / MODEL_FILE).is_file() and trained_inputs(rdir) != inputs:
         raise ArtifactError(
             f"{path}: {rdir} was trained again after this evaluation; rerun the evaluation that "
             f"writes {Path(path).name}"

@@ -29,6 +29,7 @@ from experiments.pipeline.artifacts import (
     own_leave_one_out,
     parallel_cold_histories,
     split_examples,
+    trained_inputs,
 )
 from experiments.pipeline.layout import RunLayout, Split
 from seqmodel.config import SeqModelConfig
@@ -110,7 +111,7 @@ def train_retriever(
     member's split: with its own seed). Under seqmodel.self_distill its teacher comes first: the
     same config without it, trained (or resumed) in the split's teacher directory."""
     from seqmodel.files import SUMMARY_FILE
-    from seqmodel.train import train_and_evaluate
+    from seqmodel.train import inputs_fingerprint, train_and_evaluate
     from seqmodel.trainer import read_metrics
 
     if split.kind == "loo":
@@ -126,7 +127,10 @@ def train_retriever(
         plain = dataclasses.replace(seq, self_distill=0.0)
         # A finished teacher of these inputs is kept (its summary is written when its run ends);
         # any other is resumed, or started over where its inputs differ.
-        if not ((teacher / SUMMARY_FILE).is_file() and _trained_on(teacher, plain, data)):
+        kept = (teacher / SUMMARY_FILE).is_file() and (
+            trained_inputs(teacher) == inputs_fingerprint(plain, data)
+        )
+        if not kept:
             train_and_evaluate(plain, teacher, data, show_progress=progress)
     result = train_and_evaluate(
         seq, layout.retriever(split), data, show_progress=progress, teacher_dir=teacher
@@ -137,18 +141,6 @@ def train_retriever(
         plot = plots.loss_curve(rows, layout.retriever_plot(split))
         paths += [plot] if plot else []
     return Written(tuple(paths), {"retriever": str(layout.retriever(split)), **result.summary})
-
-
-def _trained_on(rdir: Path, seq: SeqModelConfig, data) -> bool:
-    """Whether the retriever in `rdir` was trained with `seq` on `data` (its inputs fingerprint)."""
-    from seqmodel.files import MODEL_FILE
-    from seqmodel.train import inputs_fingerprint
-
-    try:
-        info = json.loads((rdir / MODEL_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(info, dict) and info.get("inputs") == inputs_fingerprint(seq, data)
 
 
 def train_parallel_cold(

@@ -129,7 +129,5 @@ def test_pipeline_trains_the_teacher_then_its_student(tmp_path):
     assert cli.main(argv) == 0
     again = json.loads((tmp_path / "teacher_loo" / "retriever.json").read_text())
     assert again["seqmodel"]["seed"] == 3 and again["inputs"] != teacher["inputs"]
-    assert (
-        json.loads((tmp_path / "retriever_loo" / "retriever.json").read_text())["teacher"]
-        == (again["inputs"])
-    )
+    student = json.loads((tmp_path / "retriever_loo" / "retriever.json").read_text())
+    assert student["teacher"] == again["inputs"]
