@@ -96,6 +96,7 @@ class Fitted:
     early_stopped: bool
     score: str | None  # the validation field that early-stops
     train_seconds: float  # this call's, validation and saves excluded
+    seconds_before: float  # the run's training seconds up to the step this call resumed at
     tokens: int  # non-PAD input tokens this call trained on (steps whose metrics count them)
 
     @property
@@ -115,6 +116,7 @@ class Fitted:
             "total_steps": self.total,
             "early_stopped": self.early_stopped,
             **best,
+            "train_seconds": self.seconds_before + self.train_seconds,  # the whole run's
             "train_seconds_this_run": self.train_seconds,
         }
 
@@ -268,6 +270,7 @@ class Trainer:
             early_stopped=schedule.stopped(progress),
             score=score,
             train_seconds=seconds,
+            seconds_before=seconds_before,
             tokens=tokens_seen,
         )
 

@@ -37,9 +37,9 @@ for f in sorted(out.glob("*/validation_warm.json")):
     m = json.loads(f.read_text())["methods"]["static_all_items"]
     s = json.loads((f.parent / "train_summary.json").read_text())
     rows[f.parent.name] = {k: m[k] for k in ("recall@5", "ndcg@5", "recall@10", "ndcg@10")} | {
-        "best_step": s["best_step"], "steps": s["steps"], "train_s": s["train_seconds_this_run"]}
+        "best_step": s["best_step"], "steps": s["steps"], "train_s": s["train_seconds"]}
     print(f.parent.name, " ".join(f"{100 * v:.2f}" for v in list(rows[f.parent.name].values())[:4]),
-          s["best_step"], s["steps"], round(s["train_seconds_this_run"]))
+          s["best_step"], s["steps"], round(s["train_seconds"]))
 (out / "sweep.json").write_text(json.dumps(rows, indent=1))
 PY
 tar -czf "$OUT/variants.tar.gz" -C "$OUT" "${@%%:*}" && (cd "$OUT" && rm -rf "${@%%:*}")

@@ -1,6 +1,6 @@
 """The one training loop on a toy regression: steps, validation points, early stopping, rows,
-extra saves, rows on disk before their checkpoint, exact resume, argument order, the transfer
-guard and a refused run."""
+extra saves, rows on disk before their checkpoint, exact resume and its clock, argument order,
+the transfer guard and a refused run."""
 
 import json
 
@@ -152,6 +152,14 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path):
         jax.device_get(straight.state.params["w"]), jax.device_get(resumed.state.params["w"])
     )
     assert _logged(tmp_path / "a" / "metrics.jsonl") == _logged(tmp_path / "b" / "metrics.jsonl")
+    # The summary's clock counts the whole run: the first call's seconds and the resumed ones.
+    before = first.summary()["train_seconds"]
+    assert 0 < before == first.train_seconds
+    assert resumed.summary()["train_seconds"] == pytest.approx(before + resumed.train_seconds)
+    # Entering the finished run again trains nothing and keeps the whole run's seconds.
+    again = _fit(tmp_path / "b", schedule)
+    assert again.start == again.step == 7 and again.train_seconds == 0.0
+    assert again.summary()["train_seconds"] == pytest.approx(resumed.summary()["train_seconds"])
 
 
 def test_a_run_of_other_inputs_starts_over_or_is_refused(tmp_path, capsys):

@@ -55,6 +55,7 @@ def test_validation_then_test_ranking_of_one_trained_model(workdir: Path, capsys
     assert cli.main(argv) == 0
     test = json.loads((workdir / "results" / "parallel.json").read_text())
     assert test["split"] == "test" and test["train"]["train_seconds_this_run"] == 0.0
+    assert test["train"]["train_seconds"] > 0  # the whole run's, kept on re-entry
     assert test["num_test_users"] == len(split.test_targets) and "outside_holdout" not in test
     assert json.loads(capsys.readouterr().out) == test["methods"]["parallel_codes"]
     # The report shows it in the leave-one-out table, with no generative retriever's result.

@@ -171,6 +171,8 @@ def test_sasrec_validation_ranks_second_to_last_items(workdir: Path, capsys):  #
     assert cli.main(["sasrec", "--workdir", w, "--no-progress", *fast]) == 0
     test = json.loads((workdir / "results" / "sasrec.json").read_text())
     assert test["split"] == "test" and test["train"]["train_seconds_this_run"] == 0.0
+    # The whole run's training time survives the second entry into the finished run.
+    assert test["train"]["train_seconds"] == res["train"]["train_seconds"] > 0
     del test["train"]["train_seconds_this_run"], res["train"]["train_seconds_this_run"]
     assert test["train"] == res["train"]
     assert test["num_test_users"] == len(split.test_targets)
