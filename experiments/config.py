@@ -1,6 +1,7 @@
 """The root config tree, preset loading, typed `--set key=value` overrides and JSON round trips."""
 
 import dataclasses
+import difflib
 import importlib
 import json
 import math
@@ -411,6 +412,19 @@ def _replace_path(cfg, parts: list[str], text: str, key: str):
     return dataclasses.replace(cfg, **{name: _replace_path(current, parts[1:], text, key)})
 
 
+def _key_hint(cfg: Config, key: str) -> str:
+    """What an unknown `--set` key may have meant: the nearest known keys, else the keys of its
+    group, else the groups."""
+    paths = _field_paths(cfg)
+    if near := difflib.get_close_matches(key, paths, n=3, cutoff=0.8):
+        return f"did you mean {' or '.join(near)}?"
+    group = key.split(".")[0] + "."
+    if inside := [p for p in paths if p.startswith(group)]:
+        return f"the keys of {group[:-1]}: {', '.join(p[len(group) :] for p in inside)}"
+    groups = sorted({p.split(".")[0] for p in paths})
+    return f"keys start with one of: {', '.join(groups)}"
+
+
 def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
     """Applies `a.b=value` strings; unknown keys and badly typed values raise ValueError."""
     for item in overrides:
@@ -421,8 +435,7 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
         try:
             cfg = _replace_path(cfg, key.split("."), text.strip(), key)
         except KeyError:
-            known = ", ".join(_field_paths(cfg))
-            raise ArgumentError(f"--set {key}: unknown config key; known keys: {known}") from None
+            raise ArgumentError(f"--set {key}: unknown config key; {_key_hint(cfg, key)}") from None
         except ArgumentError:
             raise
         except (ValueError, TypeError) as e:  # a sub-config's own check (__post_init__)

@@ -90,6 +90,21 @@ def test_bad_overrides_name_the_key(override, message):
         config_lib.apply_overrides(config_lib.load_preset("tiny"), [override])
 
 
+@pytest.mark.parametrize(
+    "key, hint",
+    [
+        ("seqmodel.self_distil", "did you mean seqmodel.self_distill?"),
+        ("seqmodel.beam", "the keys of seqmodel: arch, "),
+        ("foo.bar", "keys start with one of: data, decode, eval"),
+    ],
+)
+def test_an_unknown_key_gets_the_nearest_keys_or_its_groups(key, hint):
+    with pytest.raises(ValueError, match="unknown config key") as e:
+        config_lib.apply_overrides(config_lib.load_preset("tiny"), [f"{key}=1"])
+    assert hint in str(e.value) and "\n" not in str(e.value)
+    assert "sasrec.arch" not in str(e.value)  # not every key of every group
+
+
 def test_json_round_trip(tmp_path):
     from data import atomic
 
