@@ -100,6 +100,11 @@ class Fitted:
     tokens: int  # non-PAD input tokens this call trained on (steps whose metrics count them)
 
     @property
+    def run_seconds(self) -> float:
+        """The whole run's training seconds, resumed parts included (its metrics rows' clock)."""
+        return self.seconds_before + self.train_seconds
+
+    @property
     def tokens_per_s(self) -> float:
         return self.tokens / max(self.train_seconds, 1e-9)
 
@@ -116,7 +121,7 @@ class Fitted:
             "total_steps": self.total,
             "early_stopped": self.early_stopped,
             **best,
-            "train_seconds": self.seconds_before + self.train_seconds,  # the whole run's
+            "train_seconds": self.run_seconds,
             "train_seconds_this_run": self.train_seconds,
         }
 

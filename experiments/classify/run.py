@@ -284,7 +284,7 @@ def train(
         "steps": total,
         "steps_per_epoch": per_epoch,
         "val_loss": [r["val_loss"] for r in rows if "val_loss" in r],
-        "train_seconds": max((r.get("train_seconds", 0.0) for r in rows), default=0.0),
+        "train_seconds": fitted.run_seconds,
     }
     return graphdef, fitted.state.params, record
 
