@@ -128,6 +128,10 @@ class SeqModelConfig:
     # one retriever's Beauty validation Recall@10 / NDCG@10 from 9.88 / 5.67 to 10.19 / 5.74 (the
     # users outside its holdout): the single presets use it.
     self_distill: float = 0.0
+    # Under self_distill: how many teachers, the same config at seeds seed, seed + 1, ...; the
+    # student distils the mean of their distributions (an ensemble teacher). Teacher j > 0 trains
+    # in W/teacher_<split>_<j>.
+    distill_teachers: int = 1
     # arch=item only: > 0 adds, with this weight, -log(1 - p(the item just read)) at every target
     # (unlikelihood on repeats: seqmodel.item_model.target_and_repeat_logits), for data that never
     # repeat an item in a history. 0: off.
@@ -199,6 +203,8 @@ class SeqModelConfig:
             )
         if not 0.0 <= self.self_distill <= 1.0:
             raise ValueError(f"seqmodel.self_distill must be in [0, 1], got {self.self_distill}")
+        if self.distill_teachers < 1:
+            raise ValueError(f"seqmodel.distill_teachers must be >= 1, got {self.distill_teachers}")
         if self.unlikelihood < 0 or (self.unlikelihood and self.arch != "item"):
             raise ValueError(
                 "seqmodel.unlikelihood must be >= 0, and > 0 only with seqmodel.arch=item, got "
@@ -232,6 +238,8 @@ def identity_fields(cfg: SeqModelConfig) -> dict:
     fields = dataclasses.asdict(cfg)
     if not fields["self_distill"]:
         del fields["self_distill"]
+    if fields["distill_teachers"] == 1:
+        del fields["distill_teachers"]
     return fields
 
 

@@ -4,6 +4,7 @@ hands them to the one training loop (`seqmodel.trainer`) with Recall@K validatio
 import dataclasses
 import functools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -167,6 +168,15 @@ def teacher_soft_mix(
     return (1.0 - a) * ll + a * soft
 
 
+def mean_distribution(logits: list[Float[Array, "B T V"]]) -> Float[Array, "B T V"]:
+    """Logits of the mean of the softmax distributions of `logits` (an ensemble teacher,
+    seqmodel.distill_teachers); one teacher's logits as they are."""
+    if len(logits) == 1:
+        return logits[0]
+    log_p = jnp.stack([jax.nn.log_softmax(x, axis=-1) for x in logits])
+    return jax.nn.logsumexp(log_p, axis=0) - jnp.log(len(logits))
+
+
 def train_step(
     graphdef: nnx.GraphDef,
     tx: optax.GradientTransformation,
@@ -174,20 +184,24 @@ def train_step(
     state: TrainState,
     batch: dict,
     total_steps: jax.Array | None = None,
-    teacher_params: nnx.State | None = None,
+    teacher_params: tuple[nnx.State, ...] | None = None,
     *,
-    teacher_graphdef: nnx.GraphDef | None = None,
+    teacher_graphdefs: tuple[nnx.GraphDef, ...] = (),
 ) -> tuple[TrainState, dict]:
     """One AdamW step; dropout keys derive from (seed, step) so a resumed run replays exactly.
 
     `total_steps`, when given, is the schedule's length for `tx` from seqmodel.state's
     make_optimizer: passed with the seed as arguments (`step_arguments`), they leave one compiled
     program for every run of the same shapes, whatever its seed and length. `teacher_params`
-    (with its `teacher_graphdef`): a frozen retriever whose teacher-forced logits on the batch
-    the loss distils (seqmodel.self_distill)."""
+    (with their `teacher_graphdefs`): frozen retrievers of one architecture, the mean of whose
+    teacher-forced distributions on the batch the loss distils (seqmodel.self_distill)."""
     if teacher_params is not None:
-        teacher = nnx.merge(teacher_graphdef, teacher_params)
-        t_logits = teacher.target_logits(batch["inputs"], None, batch.get("segments"))
+        t_logits = mean_distribution(
+            [
+                nnx.merge(g, p).target_logits(batch["inputs"], None, batch.get("segments"))
+                for g, p in zip(teacher_graphdefs, teacher_params, strict=True)
+            ]
+        )
         batch = {**batch, "teacher_logits": jax.lax.stop_gradient(t_logits)}
     key = jax.random.fold_in(jax.random.key(seed), state.step)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -218,19 +232,19 @@ def make_trainer(
     seed: int,
     total_steps: int,
     mesh: Mesh,
-    teacher: Retriever | None = None,
+    teachers: list[Retriever] | None = None,
 ) -> Trainer:
     """The retriever's `Trainer` over `train_step`. Seed and schedule length are arguments of the
     program, not constants: retrievers that differ only in them (ensemble seeds; a pipeline's
     cold-start and leave-one-out runs) share its compilation, through JAX's persistent cache
     across processes. Same floats either way (the seed is exact integer arithmetic;
     seqmodel.state.traced_warmup_cosine for the length).
-    The `teacher` (seqmodel.self_distill) is an argument too: its parameters, frozen."""
+    The `teachers` (seqmodel.self_distill) are arguments too: their parameters, frozen."""
     step, extra = train_step, {}
-    if teacher is not None:
-        teacher_graphdef, teacher_params = nnx.split(teacher)
-        step = functools.partial(train_step, teacher_graphdef=teacher_graphdef)
-        extra = {"teacher_params": teacher_params}
+    if teachers:
+        graphdefs, params = zip(*(nnx.split(t) for t in teachers), strict=True)
+        step = functools.partial(train_step, teacher_graphdefs=graphdefs)
+        extra = {"teacher_params": params}
     args = step_arguments(seed, total_steps)
     if args is None:
         return Trainer(step, graphdef, tx, seed, mesh=mesh, args=extra)
@@ -339,20 +353,27 @@ def train_and_evaluate(
     stop_after: int | None = None,
     mesh: Mesh | None = None,
     show_progress: bool = True,
-    teacher_dir: Path | str | None = None,
+    teacher_dirs: Sequence[Path | str] = (),
 ) -> TrainResult:
     """Trains (resuming from workdir/checkpoints), validates Recall@K, early-stops, checkpoints.
 
     `stop_after` ends the run after that many steps in total, as a kill would (tests of resume).
-    `teacher_dir`: a trained retriever's work directory, whose best checkpoint this one distils
-    (needed exactly when cfg.self_distill > 0).
+    `teacher_dirs`: trained retrievers' work directories, the mean of whose best checkpoints'
+    distributions this one distils (seqmodel.distill_teachers of them, exactly when
+    cfg.self_distill > 0).
     """
-    if (teacher_dir is None) != (cfg.self_distill == 0):
+    if bool(teacher_dirs) != (cfg.self_distill > 0):
         raise ValueError("seqmodel.self_distill > 0 needs a teacher retriever, and only it")
-    teacher, teacher_key = None, ""
-    if teacher_dir is not None:
-        teacher = load_retriever(teacher_dir, read_only=True)
-        teacher_key = json.loads((Path(teacher_dir) / MODEL_FILE).read_text())["inputs"]
+    if teacher_dirs and len(teacher_dirs) != cfg.distill_teachers:
+        raise ValueError(
+            f"seqmodel.distill_teachers={cfg.distill_teachers}, but {len(teacher_dirs)} "
+            "teacher retrievers given"
+        )
+    teachers = [load_retriever(d, read_only=True) for d in teacher_dirs]
+    # One teacher's key is its inputs fingerprint (the keys of earlier students hold).
+    teacher_key = "+".join(
+        json.loads((Path(d) / MODEL_FILE).read_text())["inputs"] for d in teacher_dirs
+    )
     workdir = Path(workdir)
     mesh = sharding.make_mesh() if mesh is None else mesh
     sharding.check_batch_size(cfg.batch_size, mesh)
@@ -363,7 +384,7 @@ def train_and_evaluate(
     total = cfg.max_steps or cfg.num_epochs * steps_per_epoch
 
     graphdef, tx, state = new_train_state(cfg, space, total)
-    trainer = make_trainer(graphdef, tx, cfg.seed, total, mesh, teacher)
+    trainer = make_trainer(graphdef, tx, cfg.seed, total, mesh, teachers)
     run = Run(
         workdir,
         MODEL_FILE,

@@ -6,7 +6,8 @@ W/retriever_cold_<p>/ or W/retriever_loo/: checkpoints (best + latest), metrics.
 train_summary.json. Validation: next-item Recall@K by beam search on held-out training items (no
 test target is used). Rerunning the same command resumes from the latest checkpoint.
 With seqmodel.self_distill > 0 it first trains (or resumes) the teacher, the same config without
-it, in W/teacher_<split>/, then distils it into W/retriever_<split>/.
+it, in W/teacher_<split>/ (with seqmodel.distill_teachers=k: k of them, at seeds seed..seed+k-1,
+the others in W/teacher_<split>_<j>/), then distils it (their mean) into W/retriever_<split>/.
 With --parallel (cold or cold-val): the parallel-codes retriever of that split instead (the
 `parallel` section, on the same histories; W/parallel_cold_<p>/), whose cold-set ranking
 eval-cold-start reports as `parallel` under eval.cold_parallel=true.

@@ -138,9 +138,10 @@ class RunLayout:
     def retriever(self, split: Split) -> Path:
         return self.root / f"retriever_{split.name}"
 
-    def teacher(self, split: Split) -> Path:
-        """The retriever `split`'s one distils under seqmodel.self_distill (its own run)."""
-        return self.root / f"teacher_{split.name}"
+    def teacher(self, split: Split, j: int = 0) -> Path:
+        """Teacher `j` of the retriever `split`'s one distils under seqmodel.self_distill (its
+        own run)."""
+        return self.root / (f"teacher_{split.name}" + (f"_{j}" if j else ""))
 
     def retriever_model(self, split: Split) -> Path:
         return self.retriever(split) / retriever_files.MODEL_FILE

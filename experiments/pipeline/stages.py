@@ -108,8 +108,9 @@ def train_retriever(
     cfg: Config, layout: RunLayout, split: Split, *, progress: bool = True
 ) -> Written:
     """The decoder retriever of `split`, trained (or resumed) in its directory (an ensemble
-    member's split: with its own seed). Under seqmodel.self_distill its teacher comes first: the
-    same config without it, trained (or resumed) in the split's teacher directory."""
+    member's split: with its own seed). Under seqmodel.self_distill its teachers come first: the
+    same config without it at seeds seed, seed + 1, ... (seqmodel.distill_teachers), each trained
+    (or resumed) in its teacher directory."""
     from seqmodel.files import SUMMARY_FILE
     from seqmodel.train import inputs_fingerprint, train_and_evaluate
     from seqmodel.trainer import read_metrics
@@ -121,10 +122,10 @@ def train_retriever(
     V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
     seq = split.retriever_config(cfg.seqmodel)
     data = split_examples(ds, sids, split, V, seq)
-    teacher = None
-    if seq.self_distill:
-        teacher = layout.teacher(split)
-        plain = dataclasses.replace(seq, self_distill=0.0)
+    teachers = []
+    for j in range(seq.distill_teachers if seq.self_distill else 0):
+        teacher = layout.teacher(split, j)
+        plain = dataclasses.replace(seq, self_distill=0.0, distill_teachers=1, seed=seq.seed + j)
         # A finished teacher of these inputs is kept (its summary is written when its run ends);
         # any other is resumed, or started over where its inputs differ.
         kept = (teacher / SUMMARY_FILE).is_file() and (
@@ -132,8 +133,9 @@ def train_retriever(
         )
         if not kept:
             train_and_evaluate(plain, teacher, data, show_progress=progress)
+        teachers.append(teacher)
     result = train_and_evaluate(
-        seq, layout.retriever(split), data, show_progress=progress, teacher_dir=teacher
+        seq, layout.retriever(split), data, show_progress=progress, teacher_dirs=teachers
     )
     paths = [layout.retriever_summary(split), layout.retriever_model(split)]
     if jax.process_index() == 0:
