@@ -130,7 +130,7 @@ class SeqModelConfig:
     self_distill: float = 0.0
     # Under self_distill: how many teachers, the same config at seeds seed, seed + 1, ...; the
     # student distils the mean of their distributions (an ensemble teacher). Teacher j > 0 trains
-    # in W/teacher_<split>_<j>.
+    # in W/teacher_<split>_<j>. Without self_distill it has no effect, nor a place in the keys.
     distill_teachers: int = 1
     # arch=item only: > 0 adds, with this weight, -log(1 - p(the item just read)) at every target
     # (unlikelihood on repeats: seqmodel.item_model.target_and_repeat_logits), for data that never
@@ -238,7 +238,7 @@ def identity_fields(cfg: SeqModelConfig) -> dict:
     fields = dataclasses.asdict(cfg)
     if not fields["self_distill"]:
         del fields["self_distill"]
-    if fields["distill_teachers"] == 1:
+    if fields["distill_teachers"] == 1 or not cfg.self_distill:  # one, or none: no effect
         del fields["distill_teachers"]
     return fields
 

@@ -110,9 +110,12 @@ def test_off_by_default_validated_and_out_of_the_keys_when_off():
     fields = identity_fields(CFG)  # the keys of earlier retrievers hold
     assert "self_distill" not in fields and "distill_teachers" not in fields
     assert identity_fields(dataclasses.replace(CFG, self_distill=0.5))["self_distill"] == 0.5
-    assert identity_fields(dataclasses.replace(CFG, distill_teachers=2))["distill_teachers"] == 2
+    two = dataclasses.replace(CFG, self_distill=0.5, distill_teachers=2)
+    assert identity_fields(two)["distill_teachers"] == 2
     with pytest.raises(ValueError, match=r"self_distill must be in \[0, 1\]"):
         dataclasses.replace(CFG, self_distill=1.5)
+    # Without distillation the count changes nothing, so it keys nothing either.
+    assert "distill_teachers" not in identity_fields(dataclasses.replace(CFG, distill_teachers=2))
     with pytest.raises(ValueError, match="distill_teachers must be >= 1"):
         dataclasses.replace(CFG, distill_teachers=0)
 
