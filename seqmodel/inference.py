@@ -291,12 +291,19 @@ def load_retriever(
 ) -> Retriever:
     """The best checkpoint's model from a `train_and_evaluate` work directory; `read_only`: a
     damaged checkpoint is an ArtifactError ending with `rebuild`, not set aside."""
+    return load_described_retriever(retriever_dir, read_only=read_only, rebuild=rebuild)[0]
+
+
+def load_described_retriever(
+    retriever_dir: Path | str, *, read_only: bool = False, rebuild: str = "retrain it"
+) -> tuple[Retriever, dict]:
+    """`load_retriever`'s model with its description (retriever.json), read once."""
     retriever_dir = Path(retriever_dir)
-    _, cfg, space = read_description(retriever_dir / MODEL_FILE, "retriever", "train-retriever")
+    info, cfg, space = read_description(retriever_dir / MODEL_FILE, "retriever", "train-retriever")
     graphdef, abstract = abstract_train_state(cfg, space)
     ckpts = Checkpoints(retriever_dir / CHECKPOINTS_DIR, read_only=read_only, rebuild=rebuild)
     try:
         state = ckpts.restore_best_params(abstract)
     finally:
         ckpts.close()
-    return nnx.merge(graphdef, eval_params(state))
+    return nnx.merge(graphdef, eval_params(state)), info

@@ -3,7 +3,6 @@ hands them to the one training loop (`seqmodel.trainer`) with Recall@K validatio
 
 import dataclasses
 import functools
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from seqmodel.config import SeqModelConfig, identity_fields
 from seqmodel.cooc_teacher import CoocTeacher
 from seqmodel.draft import draft_nll
 from seqmodel.files import MODEL_FILE, SUMMARY_FILE
-from seqmodel.inference import load_retriever, recall_at_k, retriever_decoder
+from seqmodel.inference import load_described_retriever, recall_at_k, retriever_decoder
 from seqmodel.model import token_log_likelihood
 from seqmodel.state import Retriever, TrainState, eval_params, new_train_state
 from seqmodel.tokens import (
@@ -369,11 +368,10 @@ def train_and_evaluate(
             f"seqmodel.distill_teachers={cfg.distill_teachers}, but {len(teacher_dirs)} "
             "teacher retrievers given"
         )
-    teachers = [load_retriever(d, read_only=True) for d in teacher_dirs]
+    loaded = [load_described_retriever(d, read_only=True) for d in teacher_dirs]
+    teachers = [model for model, _ in loaded]
     # One teacher's key is its inputs fingerprint (the keys of earlier students hold).
-    teacher_key = "+".join(
-        json.loads((Path(d) / MODEL_FILE).read_text())["inputs"] for d in teacher_dirs
-    )
+    teacher_key = "+".join(info["inputs"] for _, info in loaded)
     workdir = Path(workdir)
     mesh = sharding.make_mesh() if mesh is None else mesh
     sharding.check_batch_size(cfg.batch_size, mesh)
