@@ -27,9 +27,13 @@ if "GENRET_TEST_XLA_CACHE" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["GENRET_TEST_XLA_CACHE"], ignore_errors=True)
 os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)  # never the user's own cache
 os.environ[xla_cache.ENV] = os.environ["GENRET_TEST_XLA_CACHE"]  # "off": no cache
-# Every program is kept (tests' programs compile in milliseconds); the bound only makes JAX lock
-# its reads and writes: the whole suite's cache peaks at about 56 MB, never trimmed.
-xla_cache.enable(max_bytes=4 << 30, min_compile_seconds=0)
+# Programs that compile in 0.1 s or more are kept (train steps, searches), those faster not (the
+# single operations that eager code compiles by the hundred per test): JAX's bounded cache reads
+# every entry of the folder on each write, so a folder of every program made the suite's late
+# tests several times slower (a whole run took 26 minutes against 15 on 2 cores). The bound only
+# makes JAX lock its reads and writes; the folder is never trimmed.
+SUITE_MIN_COMPILE_SECONDS = 0.1
+xla_cache.enable(max_bytes=4 << 30, min_compile_seconds=SUITE_MIN_COMPILE_SECONDS)
 # The workers and `genret` processes get huge pages for their heaps, as `genret` does
 # (experiments/runtime/hugepages.py); GENRET_HUGEPAGES=off runs the suite without.
 if hugepages.wanted():

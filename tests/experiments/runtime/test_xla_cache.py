@@ -10,6 +10,7 @@ import pytest
 
 from experiments import cli
 from experiments.runtime import xla_cache
+from tests.conftest import SUITE_MIN_COMPILE_SECONDS
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -116,7 +117,7 @@ def test_a_second_process_reads_the_program_back(tmp_path):
 
 def test_the_suite_runs_on_its_own_cache():
     # tests/conftest.py: one folder per run (or none with GENRET_TEST_XLA_CACHE=off), never the
-    # user's, with every program kept.
+    # user's, keeping the programs that take 0.1 s or more to compile.
     import jax
 
     run = os.environ["GENRET_TEST_XLA_CACHE"]
@@ -126,5 +127,5 @@ def test_the_suite_runs_on_its_own_cache():
         return
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == run
     assert jax.config.jax_compilation_cache_dir == run
-    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == SUITE_MIN_COMPILE_SECONDS
     assert Path(run).is_dir() and xla_cache.cache_dir() == Path(run)
