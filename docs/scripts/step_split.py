@@ -1,0 +1,138 @@
+"""What XLA's intra-op split costs STATIC's constrained step and search on a CPU.
+
+XLA's CPU compiler splits a large enough gather over as many tasks as the compiling thread may run
+on (its CPU affinity, read at compile time). This script compiles the bench's step (one sparse
+level, `genret bench-constraints`' stand-in model) and its whole search twice: as JAX does, and
+while the compiling thread is pinned to one CPU (so without the split; the program then runs
+on JAX's threads as usual). It checks that both give the same tokens, scores and flags, counts
+the split operations, and times in one process, the two variants alternated in blocks:
+  - step, back to back: the step called again and again (its data stay in the caches);
+  - step after a search: each step call follows one search call, as the bench interleaves them;
+  - search: the whole search.
+Prints a markdown table of medians (ms) per size.
+
+Usage: python docs/scripts/step_split.py [--num-items 100000 1000000] [--reps 200]
+"""
+
+import argparse
+import contextlib
+import functools
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from decoding.beam_search import beam_search, first_level, next_level
+from experiments.bench.constraints import _ROWS, BenchConfig, _table_step, build, random_sids
+
+SPLIT = "outer_dimension_partitions"  # how the compiled text marks a split operation
+
+
+@contextlib.contextmanager
+def pinned():
+    """The calling thread on its first allowed CPU (Linux affinities are per thread)."""
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def compiled_pair(fn, *args):
+    """(as JAX compiles it, compiled while pinned); two function objects, so that JAX's
+    in-memory cache does not hand the first executable to the second compile."""
+    default = jax.jit(lambda *a: fn(*a)).lower(*args).compile()
+    with pinned():
+        narrow = jax.jit(lambda *a: fn(*a)).lower(*args).compile()
+    return default, narrow
+
+
+def median_ms(fn, args, reps, before=None) -> float:
+    out = []
+    for _ in range(reps):
+        if before is not None:
+            jax.block_until_ready(before())
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        out.append((time.perf_counter() - t) * 1e3)
+    return float(np.median(out))
+
+
+def measure(n: int, reps: int) -> dict:
+    cfg = BenchConfig(num_items=n, methods=("static",))
+    B, K, L, V = cfg.batch, cfg.beam, cfg.levels, cfg.vocab
+    rng = np.random.default_rng(cfg.seed + 1)
+    table = jax.nn.log_softmax(
+        jnp.asarray(rng.normal(size=(L, _ROWS, V)).astype(np.float32) * 3), axis=-1
+    )
+    init = jax.nn.log_softmax(jnp.asarray(rng.normal(size=(B, V)).astype(np.float32)), axis=-1)
+    c = jax.device_put(build("static", random_sids(n, L, V, cfg.seed), cfg, None))
+    level = L // 2
+    model = functools.partial(_table_step, table)
+
+    def prefix(init, c):
+        carry = first_level(init, {}, c, beam_size=K, num_levels=L)
+        for lev in range(1, level):
+            carry = next_level(model, c, K, lev, carry)
+        return carry
+
+    carry = jax.jit(prefix)(init, c)
+    steps = compiled_pair(lambda c, carry: next_level(model, c, K, level, carry), c, carry)
+    searches = compiled_pair(
+        lambda init, c: beam_search(model, init, {}, c, beam_size=K, num_levels=L), init, c
+    )
+    same = all(
+        all(np.array_equal(a, b) for a, b in zip(*map(jax.tree.leaves, outs), strict=True))
+        for outs in (
+            [f(c, carry) for f in steps],
+            [f(init, c) for f in searches],
+        )
+    )
+    row = {
+        "split ops (default / pinned)": "{} / {}".format(
+            *(f.as_text().count(SPLIT) for f in steps)
+        ),
+        "same results": same,
+    }
+    cases = {
+        "step, back to back": lambda i: median_ms(steps[i], (c, carry), reps),
+        "step after a search": lambda i: median_ms(
+            steps[i], (c, carry), reps, before=lambda: searches[i](init, c)
+        ),
+        "search": lambda i: median_ms(searches[i], (init, c), reps),
+    }
+    for name, run in cases.items():
+        times = [[], []]
+        for block in range(4):  # alternated blocks: default, pinned, pinned, default, ...
+            order = (0, 1) if block % 2 == 0 else (1, 0)
+            for i in order:
+                times[i].append(run(i))
+        d, p = (float(np.median(t)) for t in times)
+        row[name] = f"{d:.3f} / {p:.3f} ({p / d:.2f}x)"
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--num-items", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--reps", type=int, default=200)
+    args = ap.parse_args()
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("step_split: needs an OS that pins threads and at least two CPUs")
+    # A persistent cache keys a program by its text and options, not by the affinity it was
+    # compiled under: it would hand the default executable to the pinned compile.
+    jax.config.update("jax_enable_compilation_cache", False)
+    rows = {n: measure(n, args.reps) for n in args.num_items}
+    keys = list(next(iter(rows.values())))
+    print("| N | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for n, row in rows.items():
+        print(f"| {n:.0e} | " + " | ".join(str(row[k]) for k in keys) + " |")
+    print("(ms, medians: default / pinned compile)")
+
+
+if __name__ == "__main__":
+    main()
