@@ -9,9 +9,12 @@ the split operations, and times in one process, the two variants alternated in b
   - step, back to back: the step called again and again (its data stay in the caches);
   - step after a search: each step call follows one search call, as the bench interleaves them;
   - search: the whole search.
-Prints a markdown table of medians (ms) per size.
+Prints a markdown table of medians (ms) per size. With `--workdir W` (a leave-one-out run:
+W/retriever_loo, W/tokenizer/sids.npy, W's prepared data) it also times W's whole decode (the
+retriever's layers and the search over the catalog, beam 20) both ways, for the first users'
+histories at several batch sizes.
 
-Usage: python docs/scripts/step_split.py [--num-items 100000 1000000] [--reps 200]
+Usage: python docs/scripts/step_split.py [--num-items 100000 1000000] [--reps 200] [--workdir W]
 """
 
 import argparse
@@ -115,10 +118,58 @@ def measure(n: int, reps: int) -> dict:
     return row
 
 
+def time_pair(pair, args, reps) -> str:
+    """Both executables of `compiled_pair`, alternated in blocks: 'default / pinned (ratio)'."""
+    times = [[], []]
+    for block in range(4):
+        for i in (0, 1) if block % 2 == 0 else (1, 0):
+            times[i].append(median_ms(pair[i], args, reps))
+    d, p = (float(np.median(t)) for t in times)
+    return f"{d:.2f} / {p:.2f} ({p / d:.2f}x)"
+
+
+def measure_retriever(workdir: str) -> None:
+    """The whole decode of W's retriever, compiled both ways, at batch sizes 1 to 256."""
+    from flax import nnx
+
+    from decoding import StaticConstraint, StaticIndex
+    from experiments.pipeline.artifacts import load_dataset
+    from experiments.pipeline.layout import RunLayout
+    from seqmodel.inference import load_retriever, retriever_decoder
+    from seqmodel.tokens import encode_histories, sid_tokens
+
+    layout = RunLayout(workdir)
+    model = load_retriever(layout.root / "retriever_loo", read_only=True)
+    sids = np.load(layout.root / "tokenizer" / "sids.npy")
+    V = model.space.codebook_size
+    c = jax.device_put(StaticConstraint(StaticIndex.build(sids, vocab_size=V)))
+    graphdef, params = nnx.split(model)
+    params = jax.device_put(params)
+    histories = load_dataset(layout).histories
+    print("| users per call | default / pinned decode, ms |\n|---|---|")
+    for batch in (1, 16, 64, 256):
+        users = np.arange(min(batch, len(histories)))
+        tokens = jnp.asarray(
+            encode_histories(sid_tokens(sids, V), histories, model.cfg.max_history, users)
+        )
+
+        def decode(params, tokens, c):
+            # A decoder of its own per compile (see compiled_pair).
+            d = retriever_decoder(graphdef, sids.shape[1], c, beam_size=20)
+            return d.program(params, tokens, c, None)
+
+        pair = compiled_pair(decode, params, tokens, c)
+        outs = [f(params, tokens, c) for f in pair]
+        same = all(np.array_equal(a, b) for a, b in zip(*map(jax.tree.leaves, outs), strict=True))
+        timing = time_pair(pair, (params, tokens, c), max(5, 200 // batch))
+        print(f"| {batch} | {timing}{'' if same else ' (results differ)'} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--num-items", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--workdir", default=None, help="also time this run's retriever decode")
     args = ap.parse_args()
     if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("step_split: needs an OS that pins threads and at least two CPUs")
@@ -132,6 +183,8 @@ def main() -> None:
     for n, row in rows.items():
         print(f"| {n:.0e} | " + " | ".join(str(row[k]) for k in keys) + " |")
     print("(ms, medians: default / pinned compile)")
+    if args.workdir:
+        measure_retriever(args.workdir)
 
 
 if __name__ == "__main__":
