@@ -53,6 +53,12 @@ def compiled_pair(fn, *args):
     return default, narrow
 
 
+def same_results(pair, args) -> bool:
+    """Whether both executables of `compiled_pair` return the same arrays, bit for bit."""
+    outs = [jax.tree.leaves(f(*args)) for f in pair]
+    return all(np.array_equal(a, b) for a, b in zip(*outs, strict=True))
+
+
 def median_ms(fn, args, reps, before=None) -> float:
     out = []
     for _ in range(reps):
@@ -62,6 +68,17 @@ def median_ms(fn, args, reps, before=None) -> float:
         jax.block_until_ready(fn(*args))
         out.append((time.perf_counter() - t) * 1e3)
     return float(np.median(out))
+
+
+def time_pair(pair, args, reps, before=None, *, digits: int = 2) -> str:
+    """Both executables of `compiled_pair` (each call after its `before` call, if given),
+    alternated in blocks (default, pinned, pinned, default): 'default / pinned (ratio)'."""
+    times = [[], []]
+    for block in range(4):
+        for i in (0, 1) if block % 2 == 0 else (1, 0):
+            times[i].append(median_ms(pair[i], args, reps, before and before[i]))
+    d, p = (float(np.median(t)) for t in times)
+    return f"{d:.{digits}f} / {p:.{digits}f} ({p / d:.2f}x)"
 
 
 def measure(n: int, reps: int) -> dict:
@@ -87,45 +104,18 @@ def measure(n: int, reps: int) -> dict:
     searches = compiled_pair(
         lambda init, c: beam_search(model, init, {}, c, beam_size=K, num_levels=L), init, c
     )
-    same = all(
-        all(np.array_equal(a, b) for a, b in zip(*map(jax.tree.leaves, outs), strict=True))
-        for outs in (
-            [f(c, carry) for f in steps],
-            [f(init, c) for f in searches],
-        )
-    )
+    same = same_results(steps, (c, carry)) and same_results(searches, (init, c))
     row = {
         "split ops (default / pinned)": "{} / {}".format(
             *(f.as_text().count(SPLIT) for f in steps)
         ),
         "same results": same,
     }
-    cases = {
-        "step, back to back": lambda i: median_ms(steps[i], (c, carry), reps),
-        "step after a search": lambda i: median_ms(
-            steps[i], (c, carry), reps, before=lambda: searches[i](init, c)
-        ),
-        "search": lambda i: median_ms(searches[i], (init, c), reps),
-    }
-    for name, run in cases.items():
-        times = [[], []]
-        for block in range(4):  # alternated blocks: default, pinned, pinned, default, ...
-            order = (0, 1) if block % 2 == 0 else (1, 0)
-            for i in order:
-                times[i].append(run(i))
-        d, p = (float(np.median(t)) for t in times)
-        row[name] = f"{d:.3f} / {p:.3f} ({p / d:.2f}x)"
+    after_search = [lambda: searches[0](init, c), lambda: searches[1](init, c)]
+    row["step, back to back"] = time_pair(steps, (c, carry), reps, digits=3)
+    row["step after a search"] = time_pair(steps, (c, carry), reps, after_search, digits=3)
+    row["search"] = time_pair(searches, (init, c), reps, digits=3)
     return row
-
-
-def time_pair(pair, args, reps) -> str:
-    """Both executables of `compiled_pair`, alternated in blocks: 'default / pinned (ratio)'."""
-    times = [[], []]
-    for block in range(4):
-        for i in (0, 1) if block % 2 == 0 else (1, 0):
-            times[i].append(median_ms(pair[i], args, reps))
-    d, p = (float(np.median(t)) for t in times)
-    return f"{d:.2f} / {p:.2f} ({p / d:.2f}x)"
 
 
 def measure_retriever(workdir: str) -> None:
@@ -159,8 +149,7 @@ def measure_retriever(workdir: str) -> None:
             return d.program(params, tokens, c, None)
 
         pair = compiled_pair(decode, params, tokens, c)
-        outs = [f(params, tokens, c) for f in pair]
-        same = all(np.array_equal(a, b) for a, b in zip(*map(jax.tree.leaves, outs), strict=True))
+        same = same_results(pair, (params, tokens, c))
         timing = time_pair(pair, (params, tokens, c), max(5, 200 // batch))
         print(f"| {batch} | {timing}{'' if same else ' (results differ)'} |")
 
