@@ -21,14 +21,21 @@ import argparse
 import contextlib
 import functools
 import os
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from decoding.beam_search import beam_search, first_level, next_level
-from experiments.bench.constraints import _ROWS, BenchConfig, _table_step, build, random_sids
+from decoding.beam_search import beam_search, next_level
+from experiments.bench.constraints import (
+    BenchConfig,
+    _table_step,
+    _timed,
+    build,
+    prefix_carry,
+    random_sids,
+    stand_in,
+)
 
 SPLIT = "outer_dimension_partitions"  # how the compiled text marks a split operation
 
@@ -64,9 +71,7 @@ def median_ms(fn, args, reps, before=None) -> float:
     for _ in range(reps):
         if before is not None:
             jax.block_until_ready(before())
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        out.append((time.perf_counter() - t) * 1e3)
+        out.append(_timed(fn, *args))
     return float(np.median(out))
 
 
@@ -83,23 +88,13 @@ def time_pair(pair, args, reps, before=None, *, digits: int = 2) -> str:
 
 def measure(n: int, reps: int) -> dict:
     cfg = BenchConfig(num_items=n, methods=("static",))
-    B, K, L, V = cfg.batch, cfg.beam, cfg.levels, cfg.vocab
-    rng = np.random.default_rng(cfg.seed + 1)
-    table = jax.nn.log_softmax(
-        jnp.asarray(rng.normal(size=(L, _ROWS, V)).astype(np.float32) * 3), axis=-1
-    )
-    init = jax.nn.log_softmax(jnp.asarray(rng.normal(size=(B, V)).astype(np.float32)), axis=-1)
+    K, L, V = cfg.beam, cfg.levels, cfg.vocab
+    table, init, level = stand_in(cfg)
     c = jax.device_put(build("static", random_sids(n, L, V, cfg.seed), cfg, None))
-    level = L // 2
     model = functools.partial(_table_step, table)
-
-    def prefix(init, c):
-        carry = first_level(init, {}, c, beam_size=K, num_levels=L)
-        for lev in range(1, level):
-            carry = next_level(model, c, K, lev, carry)
-        return carry
-
-    carry = jax.jit(prefix)(init, c)
+    carry = jax.jit(functools.partial(prefix_carry, beam_size=K, num_levels=L, level=level))(
+        table, init, c
+    )
     steps = compiled_pair(lambda c, carry: next_level(model, c, K, level, carry), c, carry)
     searches = compiled_pair(
         lambda init, c: beam_search(model, init, {}, c, beam_size=K, num_levels=L), init, c

@@ -176,21 +176,39 @@ def _stats(ms: list[float]) -> dict[str, float]:
     return {"median_ms": float(np.median(ms)), "p90_ms": float(np.percentile(ms, 90))}
 
 
+def stand_in(cfg: BenchConfig) -> tuple[jax.Array, jax.Array, int]:
+    """The stand-in model of the timed searches: its log-prob table [L, _ROWS, V] (`_table_step`),
+    the first level's log-probs [B, V] (both drawn with seed + 1) and the level whose step is
+    timed (cfg.step_level; -1: L // 2)."""
+    L, V = cfg.levels, cfg.vocab
+    rng = np.random.default_rng(cfg.seed + 1)
+    logits = rng.normal(size=(L, _ROWS, V)).astype(np.float32) * 3
+    table = jax.nn.log_softmax(jnp.asarray(logits), axis=-1)
+    init = jnp.asarray(rng.normal(size=(cfg.batch, V)).astype(np.float32))
+    init = jax.nn.log_softmax(init, axis=-1)
+    level = min(max(cfg.step_level if cfg.step_level >= 0 else L // 2, 1), L - 1)
+    return table, init, level
+
+
+def prefix_carry(table, init, c: Constraint, *, beam_size: int, num_levels: int, level: int):
+    """The search's carry after levels 0 .. level - 1 of the stand-in model (traceable): what
+    the timed step at `level` starts from."""
+    carry = first_level(init, {}, c, beam_size=beam_size, num_levels=num_levels)
+    for lev in range(1, level):
+        carry = next_level(functools.partial(_table_step, table), c, beam_size, lev, carry)
+    return carry
+
+
 def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -> dict:
     """Builds every method, then times steps and full searches interleaved with unconstrained."""
     unknown = [m for m in cfg.methods if m not in METHODS]
     if unknown:
         raise ValueError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
-    B, K, L, V = cfg.batch, cfg.beam, cfg.levels, cfg.vocab
+    K, L, V = cfg.beam, cfg.levels, cfg.vocab
     if L < 2:
         raise ValueError(f"--levels must be >= 2 to time a step after level 0, got {L}")
     sids = random_sids(cfg.num_items, L, V, cfg.seed)
-    rng = np.random.default_rng(cfg.seed + 1)
-    logits = rng.normal(size=(L, _ROWS, V)).astype(np.float32) * 3
-    table = jax.nn.log_softmax(jnp.asarray(logits), axis=-1)
-    init = jnp.asarray(rng.normal(size=(B, V)).astype(np.float32))
-    init = jax.nn.log_softmax(init, axis=-1)
-    level = min(max(cfg.step_level if cfg.step_level >= 0 else L // 2, 1), L - 1)
+    table, init, level = stand_in(cfg)
     mesh = None
     place = jax.device_put
     if cfg.devices:
@@ -215,13 +233,7 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
         )
     )
 
-    def _prefix(table, init, c):
-        carry = first_level(init, {}, c, beam_size=K, num_levels=L)
-        for lev in range(1, level):
-            carry = next_level(functools.partial(_table_step, table), c, K, lev, carry)
-        return carry
-
-    prefix = jax.jit(_prefix)
+    prefix = jax.jit(functools.partial(prefix_carry, beam_size=K, num_levels=L, level=level))
     step = jax.jit(
         lambda table, c, carry: next_level(
             functools.partial(_table_step, table), c, K, level, carry
