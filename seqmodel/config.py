@@ -120,6 +120,12 @@ class SeqModelConfig:
     # one retriever no better Beauty validation Recall@10 / NDCG@10 (9.51 / 5.30 against 9.53 /
     # 5.32) for a loop of 738 s against 663 s.
     cooc_neighbors: int = 32
+    # > 0 (with cooc_distill, layout causal or bucketed, leave-one-out): a trained SASRec (the
+    # `sasrec` section, trained first by the pipeline in W/sasrec_loo) is a second teacher
+    # beside the co-occurrence one (seqmodel.sasrec_teacher): at every target, the codes of its
+    # `sasrec_teacher` most probable next items that share the target's prefix, weighted by
+    # their probabilities and scaled to the co-occurrence teacher's total. 0: off.
+    sasrec_teacher: int = 0
     # > 0: the retriever is distilled from a trained teacher (self-distillation): at every target
     # the loss mixes in, with this weight, the cross-entropy against the teacher's distribution
     # over that level's codes, teacher-forced on the same inputs (seqmodel.train.teacher_soft_mix).
@@ -201,6 +207,19 @@ class SeqModelConfig:
                 "seqmodel.cooc_distill must be in [0, 1] and seqmodel.cooc_neighbors >= 1, got "
                 f"{self.cooc_distill} and {self.cooc_neighbors}"
             )
+        if self.sasrec_teacher < 0 or (
+            self.sasrec_teacher
+            and (not self.cooc_distill or self.layout not in ("causal", "bucketed"))
+        ):
+            raise ValueError(
+                "seqmodel.sasrec_teacher must be >= 0, and > 0 only with seqmodel.cooc_distill > 0 "
+                f"and layout causal or bucketed, got {self.sasrec_teacher} with cooc_distill="
+                f"{self.cooc_distill} and layout={self.layout}"
+            )
+        if self.sasrec_teacher and self.shuffle_ties:
+            raise ValueError(
+                "seqmodel.sasrec_teacher reads the histories in their order: not with shuffle_ties"
+            )
         if not 0.0 <= self.self_distill <= 1.0:
             raise ValueError(f"seqmodel.self_distill must be in [0, 1], got {self.self_distill}")
         if self.distill_teachers < 1:
@@ -232,10 +251,19 @@ class SeqModelConfig:
                 )
 
 
+def keyed_fields(cfg: SeqModelConfig) -> dict:
+    """`cfg` as a dict for the next-item models' and draft heads' fingerprints: without
+    sasrec_teacher at its off value, which came after their keys."""
+    fields = dataclasses.asdict(cfg)
+    if not fields["sasrec_teacher"]:
+        del fields["sasrec_teacher"]
+    return fields
+
+
 def identity_fields(cfg: SeqModelConfig) -> dict:
     """`cfg` as a dict for fingerprints and stage keys (data.fingerprint versions them); a field
     added at its off value is left out, so that models trained before it keep their keys."""
-    fields = dataclasses.asdict(cfg)
+    fields = keyed_fields(cfg)
     if not fields["self_distill"]:
         del fields["self_distill"]
     if fields["distill_teachers"] == 1 or not cfg.self_distill:  # one, or none: no effect

@@ -52,21 +52,52 @@ class CoocTeacher:
         `items` (left-padded, as `seqmodel.tokens.training_example` lays them out): at the row
         of level l of item j >= 1, the level-l codes of item j-1's neighbours and their counts
         where their codes before level l are item j's; zero weight everywhere else."""
-        L, K = self.sids.shape[1], self.counts.shape[1]
-        codes = np.zeros((length, K), np.int32)
-        weights = np.zeros((length, K), np.float32)
-        items = np.asarray(items)
-        if len(items) < 2:
-            return codes, weights
-        prev, nxt = items[:-1], items[1:]
-        nb = self.neighbour_codes[prev]  # [n-1, K, L]
-        same = nb == self.sids[nxt][:, None, :]
-        # A neighbour counts at level l when it agrees with the target on levels 0..l-1.
-        prefix = np.concatenate(
-            [np.ones_like(same[..., :1]), np.cumprod(same, axis=-1)[..., :-1]], axis=-1
+        items = np.asarray(items, np.int64)
+        prev = items[:-1]
+        return level_targets(
+            self.neighbour_codes[prev], self.sids[items[1:]], self.counts[prev], length
         )
-        w = self.counts[prev][..., None] * prefix  # [n-1, K, L]
-        rows = (len(items) - 1) * L
-        codes[length - rows :] = nb.transpose(0, 2, 1).reshape(rows, K)
-        weights[length - rows :] = w.transpose(0, 2, 1).reshape(rows, K)
-        return codes, weights
+
+
+def level_targets(
+    candidates: Int[np.ndarray, "n K L"],
+    targets: Int[np.ndarray, "n L"],
+    weights: Float[np.ndarray, "n K"],
+    length: int,
+) -> tuple[Int[np.ndarray, "T K"], Float[np.ndarray, "T K"]]:
+    """A teacher's (codes, weights) rows for the last n items of a training row of `length`
+    targets: at the row of level l of target j, the level-l codes of its K candidate items and
+    their weights where a candidate's codes before level l equal the target's, zero weight
+    where they do not and on every earlier row."""
+    n, K, L = candidates.shape
+    codes = np.zeros((length, K), np.int32)
+    out = np.zeros((length, K), np.float32)
+    if n == 0:
+        return codes, out
+    same = candidates == targets[:, None, :]
+    # A candidate counts at level l when it agrees with the target on levels 0..l-1.
+    prefix = np.concatenate(
+        [np.ones_like(same[..., :1]), np.cumprod(same, axis=-1)[..., :-1]], axis=-1
+    )
+    w = np.asarray(weights, np.float32)[..., None] * prefix  # [n, K, L]
+    rows = n * L
+    codes[length - rows :] = candidates.transpose(0, 2, 1).reshape(rows, K)
+    out[length - rows :] = w.transpose(0, 2, 1).reshape(rows, K)
+    return codes, out
+
+
+def join_targets(
+    codes: Int[np.ndarray, "T K"],
+    weights: Float[np.ndarray, "T K"],
+    extra_codes: Int[np.ndarray, "T J"],
+    extra_weights: Float[np.ndarray, "T J"],
+) -> tuple[Int[np.ndarray, "T KJ"], Float[np.ndarray, "T KJ"]]:
+    """Two teachers' rows side by side, the second's scaled to the first's total weight in each
+    row where the first has any (so that each is half of that row's soft target)."""
+    total = weights.sum(-1, keepdims=True)
+    extra_total = extra_weights.sum(-1, keepdims=True)
+    scale = np.where(total > 0, total / np.maximum(extra_total, 1e-12), 1.0)
+    return (
+        np.concatenate([codes, extra_codes], -1),
+        np.concatenate([weights, extra_weights * scale], -1).astype(np.float32),
+    )

@@ -19,7 +19,7 @@ from data.fingerprint import fingerprint
 from data.pipeline import batches
 from decoding import HashSet, HashVerify
 from seqmodel import sharding
-from seqmodel.config import DraftConfig, SeqModelConfig
+from seqmodel.config import DraftConfig, SeqModelConfig, keyed_fields
 from seqmodel.draft import DraftHead, draft_decoder, draft_nll
 from seqmodel.draft_files import DRAFT_FILE
 from seqmodel.files import SUMMARY_FILE
@@ -158,7 +158,7 @@ def train_draft(
             "num_levels": space.num_levels,
             "codebook_size": V,
             "retriever": retriever_key,
-            "inputs": fingerprint(dataclasses.asdict(cfg), retriever_key, arrays=arrays),
+            "inputs": fingerprint(keyed_fields(cfg), retriever_key, arrays=arrays),
         },
         what="config, SIDs, split or retriever",
     )

@@ -31,7 +31,7 @@ from data.pipeline import (
 from data.types import Histories
 from seqmodel import sharding
 from seqmodel.checkpoint import Checkpoints
-from seqmodel.config import HARNESS_LAYOUTS, SeqModelConfig
+from seqmodel.config import HARNESS_LAYOUTS, SeqModelConfig, keyed_fields
 from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE, SUMMARY_FILE
 from seqmodel.model import DecoderBlock, RMSNorm, dropout
 from seqmodel.state import TrainState, make_optimizer
@@ -263,7 +263,7 @@ def _input_arrays(
 
 def _inputs_key(cfg: SeqModelConfig, num_items: int, arrays: tuple[np.ndarray, ...]) -> str:
     """A run's inputs fingerprint (its info file's `inputs`): config, catalog size, data."""
-    return fingerprint(dataclasses.asdict(cfg), num_items, arrays=arrays)
+    return fingerprint(keyed_fields(cfg), num_items, arrays=arrays)
 
 
 def training_batches(cfg: SeqModelConfig, train: Histories, section: str = "sasrec"):

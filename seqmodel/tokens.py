@@ -7,6 +7,7 @@ import numpy as np
 from jaxtyping import Float, Int
 
 from data.types import Histories
+from seqmodel.cooc_teacher import join_targets
 
 PAD = 0
 BOS = 1
@@ -112,9 +113,10 @@ class TokenizeExample(grain.transforms.Map):
     (causal, sliding) or of the user's own length n * L (packed: `data.pipeline.packed_batches`
     fills the rows). With a `teacher` (seqmodel.cooc_teacher.CoocTeacher, fixed-length layouts
     only) each row also holds its targets' teacher codes and weights ("teach_codes",
-    "teach_weights", [T, K]). With `log_q` (one value per item, fixed-length layouts only) each
-    row also holds "target_logq" [T]: log_q of the item each target token belongs to (0 at
-    padding)."""
+    "teach_weights", [T, K]); with `next_items` too (seqmodel.sasrec_teacher.SasrecTeacher,
+    records of whole histories with their "user" index), its targets join the teacher's. With
+    `log_q` (one value per item, fixed-length layouts only) each row also holds "target_logq"
+    [T]: log_q of the item each target token belongs to (0 at padding)."""
 
     def __init__(
         self,
@@ -123,7 +125,10 @@ class TokenizeExample(grain.transforms.Map):
         layout: str,
         teacher=None,
         log_q: np.ndarray | None = None,
+        next_items=None,
     ):
+        if next_items is not None and teacher is None:
+            raise ValueError("TokenizeExample: next_items joins a teacher's targets; give both")
         if (teacher is not None or log_q is not None) and layout == "packed":
             raise ValueError(
                 "TokenizeExample: a teacher or log_q needs fixed-length rows, not packed"
@@ -132,6 +137,7 @@ class TokenizeExample(grain.transforms.Map):
         self.max_history = max_history
         self.layout = layout
         self.teacher = teacher
+        self.next_items = next_items
         self.log_q = None if log_q is None else np.asarray(log_q, np.float32)
 
     def map(self, element: dict) -> dict:
@@ -145,6 +151,12 @@ class TokenizeExample(grain.transforms.Map):
         kept = np.asarray(element["items"])[-self.max_history :]
         if self.teacher is not None:
             out["teach_codes"], out["teach_weights"] = self.teacher.targets(kept, len(example[1]))
+            if self.next_items is not None:
+                n = len(element["items"])
+                more = self.next_items.targets(int(element["user"]), n, kept, len(example[1]))
+                out["teach_codes"], out["teach_weights"] = join_targets(
+                    out["teach_codes"], out["teach_weights"], *more
+                )
         if self.log_q is not None:
             logq = np.zeros(len(example[1]), np.float32)
             # The targets' last n L tokens are the kept items' (the first has no weight).

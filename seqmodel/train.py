@@ -35,6 +35,7 @@ from seqmodel.draft import draft_nll
 from seqmodel.files import MODEL_FILE, SUMMARY_FILE
 from seqmodel.inference import load_described_retriever, recall_at_k, retriever_decoder
 from seqmodel.model import token_log_likelihood
+from seqmodel.sasrec_teacher import NextItemTopK, SasrecTeacher, check_histories
 from seqmodel.state import Retriever, TrainState, eval_params, new_train_state
 from seqmodel.tokens import (
     NUM_SPECIAL,
@@ -255,8 +256,14 @@ def training_source(cfg: SeqModelConfig, h: Histories) -> HistorySource | Window
     return WindowSource(h, cfg.max_history) if cfg.layout == "sliding" else HistorySource(h)
 
 
-def training_batches(cfg: SeqModelConfig, data: RetrieverData, item_tokens: np.ndarray):
-    """(endless iterator of the layout's training batches, steps per epoch)."""
+def training_batches(
+    cfg: SeqModelConfig,
+    data: RetrieverData,
+    item_tokens: np.ndarray,
+    next_items: NextItemTopK | None = None,
+):
+    """(endless iterator of the layout's training batches, steps per epoch); `next_items`:
+    seqmodel.sasrec_teacher's table over data.train, exactly when cfg.sasrec_teacher > 0."""
     space = TokenSpace(num_levels=data.sids.shape[1], codebook_size=data.codebook_size)
     source = training_source(cfg, data.train)
     rows = len(source)
@@ -271,9 +278,15 @@ def training_batches(cfg: SeqModelConfig, data: RetrieverData, item_tokens: np.n
     teacher = (
         CoocTeacher.build(data.train, data.sids, cfg.cooc_neighbors) if cfg.cooc_distill else None
     )
+    if (next_items is not None) != bool(cfg.sasrec_teacher):
+        raise ValueError("seqmodel.sasrec_teacher > 0 needs a next-item table, and only it")
+    second = None
+    if next_items is not None:
+        check_histories(next_items, data.train, "seqmodel.sasrec_teacher")
+        second = SasrecTeacher(data.sids, next_items)
     row_layout = "causal" if cfg.layout == "bucketed" else cfg.layout
     log_q = target_log_shares(data.train, len(data.sids)) if cfg.item_contrast_logq else None
-    transform = TokenizeExample(item_tokens, cfg.max_history, row_layout, teacher, log_q)
+    transform = TokenizeExample(item_tokens, cfg.max_history, row_layout, teacher, log_q, second)
     augment = shuffle_record_ties if cfg.shuffle_ties else None
     if cfg.layout == "bucketed":
         lengths = np.minimum(data.train.lengths(), cfg.max_history)
@@ -353,13 +366,15 @@ def train_and_evaluate(
     mesh: Mesh | None = None,
     show_progress: bool = True,
     teacher_dirs: Sequence[Path | str] = (),
+    next_items: NextItemTopK | None = None,
 ) -> TrainResult:
     """Trains (resuming from workdir/checkpoints), validates Recall@K, early-stops, checkpoints.
 
     `stop_after` ends the run after that many steps in total, as a kill would (tests of resume).
     `teacher_dirs`: trained retrievers' work directories, the mean of whose best checkpoints'
     distributions this one distils (seqmodel.distill_teachers of them, exactly when
-    cfg.self_distill > 0).
+    cfg.self_distill > 0). `next_items`: a trained SASRec's next items over data.train
+    (seqmodel.sasrec_teacher.next_item_topk), exactly when cfg.sasrec_teacher > 0.
     """
     if bool(teacher_dirs) != (cfg.self_distill > 0):
         raise ValueError("seqmodel.self_distill > 0 needs a teacher retriever, and only it")
@@ -372,13 +387,15 @@ def train_and_evaluate(
     teachers = [model for model, _ in loaded]
     # One teacher's key is its inputs fingerprint (the keys of earlier students hold).
     teacher_key = "+".join(info["inputs"] for _, info in loaded)
+    if next_items is not None:  # a key of its own beside the retrievers' (earlier keys hold)
+        teacher_key += f"|sasrec:{next_items.key}"
     workdir = Path(workdir)
     mesh = sharding.make_mesh() if mesh is None else mesh
     sharding.check_batch_size(cfg.batch_size, mesh)
     V = data.codebook_size
     space = TokenSpace(num_levels=data.sids.shape[1], codebook_size=V)
     item_tokens = sid_tokens(data.sids, V)
-    iterator, steps_per_epoch = training_batches(cfg, data, item_tokens)
+    iterator, steps_per_epoch = training_batches(cfg, data, item_tokens, next_items)
     total = cfg.max_steps or cfg.num_epochs * steps_per_epoch
 
     graphdef, tx, state = new_train_state(cfg, space, total)

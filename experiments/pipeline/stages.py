@@ -109,8 +109,9 @@ def train_retriever(
 ) -> Written:
     """The decoder retriever of `split`, trained (or resumed) in its directory (an ensemble
     member's split: with its own seed). Under seqmodel.self_distill its teachers come first: the
-    same config without it at seeds seed, seed + 1, ... (seqmodel.distill_teachers), each trained
-    (or resumed) in its teacher directory."""
+    same config without it (nor seqmodel.sasrec_teacher) at seeds seed, seed + 1, ...
+    (seqmodel.distill_teachers), each trained (or resumed) in its teacher directory. Under
+    seqmodel.sasrec_teacher, SASRec comes before them (`sasrec_next_items`)."""
     from seqmodel.files import SUMMARY_FILE
     from seqmodel.train import inputs_fingerprint, train_and_evaluate
     from seqmodel.trainer import read_metrics
@@ -122,10 +123,15 @@ def train_retriever(
     V = rqvae.token_vocab_size(sids, cfg.rqvae.codebook_size)
     seq = split.retriever_config(cfg.seqmodel)
     data = split_examples(ds, sids, split, V, seq)
+    next_items = None
+    if seq.sasrec_teacher:
+        next_items = sasrec_next_items(cfg, layout, split, seq.sasrec_teacher, progress=progress)
     teachers = []
     for j in range(seq.distill_teachers if seq.self_distill else 0):
         teacher = layout.teacher(split, j)
-        plain = dataclasses.replace(seq, self_distill=0.0, distill_teachers=1, seed=seq.seed + j)
+        plain = dataclasses.replace(
+            seq, self_distill=0.0, distill_teachers=1, seed=seq.seed + j, sasrec_teacher=0
+        )
         # A finished teacher of these inputs is kept (its summary is written when its run ends);
         # any other is resumed, or started over where its inputs differ.
         kept = (teacher / SUMMARY_FILE).is_file() and (
@@ -135,7 +141,12 @@ def train_retriever(
             train_and_evaluate(plain, teacher, data, show_progress=progress)
         teachers.append(teacher)
     result = train_and_evaluate(
-        seq, layout.retriever(split), data, show_progress=progress, teacher_dirs=teachers
+        seq,
+        layout.retriever(split),
+        data,
+        show_progress=progress,
+        teacher_dirs=teachers,
+        next_items=next_items,
     )
     paths = [layout.retriever_summary(split), layout.retriever_model(split)]
     if jax.process_index() == 0:
@@ -143,6 +154,38 @@ def train_retriever(
         plot = plots.loss_curve(rows, layout.retriever_plot(split))
         paths += [plot] if plot else []
     return Written(tuple(paths), {"retriever": str(layout.retriever(split)), **result.summary})
+
+
+def sasrec_next_items(
+    cfg: Config, layout: RunLayout, split: Split, k: int, *, progress: bool = True
+):
+    """seqmodel.sasrec_teacher: the `sasrec` section's SASRec, trained (or resumed) in
+    W/sasrec_loo as `genret sasrec` trains it, and its k most probable next items at every
+    position of the leave-one-out training histories (seqmodel.sasrec_teacher.next_item_topk),
+    kept beside it for the same run, best step and k."""
+    from seqmodel.files import MODEL_FILE
+    from seqmodel.sasrec_teacher import NextItemTopK, next_item_topk
+
+    if split.kind != "loo":
+        raise ArgumentError(
+            f"seqmodel.sasrec_teacher={k}: leave-one-out only (--split loo), not --split "
+            f"{split.kind}; set seqmodel.sasrec_teacher=0 for the cold-start splits"
+        )
+    ds = load_dataset(layout)
+    graphdef, variables, summary, loo = _loo_next_item_model(
+        cfg.sasrec, layout.sasrec, ds, model=None, progress=progress
+    )
+    run = json.loads((layout.sasrec / MODEL_FILE).read_text())
+    key = f"{run['inputs']}:{summary['best_step']}:top{k}"
+    path = layout.sasrec / f"next_items_top{k}.npz"
+    top = NextItemTopK.load(path, key)
+    if top is None:
+        top = next_item_topk(
+            graphdef, variables, loo.train, max_history=cfg.sasrec.max_history, k=k, key=key
+        )
+        if jax.process_index() == 0:
+            top.save(path)
+    return top
 
 
 def train_parallel_cold(
@@ -348,6 +391,30 @@ def parallel(
     )
 
 
+def _loo_next_item_model(seq: SeqModelConfig, run_dir: Path, ds, *, model, progress: bool):
+    """(graphdef, variables, training summary, the leave-one-out split) of a next-item model of
+    seqmodel.sasrec's harness (`model`: a ModelSpec; None: SASRec), trained (or resumed) in
+    `run_dir` on the split's training histories and early-stopped on a sample of second-to-last
+    items (`seq.eval_users`, `seq.seed`)."""
+    from data.splits import holdout_rows, leave_one_out
+    from seqmodel import sasrec as sasrec_lib
+
+    split = leave_one_out(ds)
+    rows = holdout_rows(len(split.valid_targets), seq.eval_users, seq.seed)
+    valid_h = Histories.from_lists([split.valid_histories[int(i)] for i in rows])
+    graphdef, variables, summary = sasrec_lib.train_and_evaluate(
+        seq,
+        run_dir,
+        split.train,
+        valid_h,
+        split.valid_targets[rows],
+        len(ds.catalog),
+        model=model,
+        show_progress=progress,
+    )
+    return graphdef, variables, summary, split
+
+
 def _next_item_model(
     cfg: Config,
     layout: RunLayout,
@@ -366,24 +433,15 @@ def _next_item_model(
     second-to-last items, ranks the full catalog after every test user's history (validation:
     every user's second-to-last item; the test targets are not read) and writes `out`: the
     ranking metrics of `method`, the same without history items, the training summary."""
-    from data.splits import holdout_rows, leave_one_out, outside_holdouts
+    from data.splits import holdout_rows, outside_holdouts
     from experiments.evaluation import metrics
     from seqmodel import sasrec as sasrec_lib
 
     ds = load_dataset(layout)
-    split = leave_one_out(ds)
-    rows = holdout_rows(len(split.valid_targets), seq.eval_users, seq.seed)
-    valid_h = Histories.from_lists([split.valid_histories[int(i)] for i in rows])
-    graphdef, variables, summary = sasrec_lib.train_and_evaluate(
-        seq,
-        run_dir,
-        split.train,
-        valid_h,
-        split.valid_targets[rows],
-        len(ds.catalog),
-        model=model,
-        show_progress=progress,
+    graphdef, variables, summary, split = _loo_next_item_model(
+        seq, run_dir, ds, model=model, progress=progress
     )
+    rows = holdout_rows(len(split.valid_targets), seq.eval_users, seq.seed)
     if validation:
         histories, targets = split.valid_histories, split.valid_targets
     else:

@@ -98,8 +98,10 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
     elif cfg.eval.warm:
         # The main retriever, then each ensemble member: the same config but its seed.
         members = [Split("loo")] + [Split("loo", seed=s) for s in cfg.eval.warm_ensemble_seeds]
+        # Under seqmodel.sasrec_teacher a retriever also reads the SASRec it trains first.
+        sasrec = (identity_fields(cfg.sasrec),) if cfg.seqmodel.sasrec_teacher else ()
         for m in members:
-            out.append(retriever(m, (identity_fields(m.retriever_config(cfg.seqmodel)),)))
+            out.append(retriever(m, (identity_fields(m.retriever_config(cfg.seqmodel)), *sasrec)))
         out.append(
             ledger.Stage(
                 "eval_warm",
