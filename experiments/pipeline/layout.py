@@ -208,6 +208,11 @@ class RunLayout:
         """The SASRec baseline's checkpoints and training summary."""
         return self.root / "sasrec_loo"
 
+    def sasrec_next_items(self, k: int) -> Path:
+        """SASRec's k most probable next items at every training position
+        (seqmodel.sasrec_teacher)."""
+        return self.sasrec / f"next_items_top{k}.npz"
+
     @property
     def sasrec_result(self) -> Path:
         return self.results / "sasrec.json"

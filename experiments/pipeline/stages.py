@@ -177,7 +177,7 @@ def sasrec_next_items(
     )
     run = json.loads((layout.sasrec / MODEL_FILE).read_text())
     key = f"{run['inputs']}:{summary['best_step']}:top{k}"
-    path = layout.sasrec / f"next_items_top{k}.npz"
+    path = layout.sasrec_next_items(k)
     top = NextItemTopK.load(path, key)
     if top is None:
         top = next_item_topk(
@@ -186,6 +186,14 @@ def sasrec_next_items(
         if jax.process_index() == 0:
             top.save(path)
     return top
+
+
+def sasrec_teacher(cfg: Config, layout: RunLayout, *, progress: bool = True) -> Written:
+    """The pipeline's stage for seqmodel.sasrec_teacher: `sasrec_next_items` before the
+    leave-one-out retrievers that read it."""
+    k = cfg.seqmodel.sasrec_teacher
+    top = sasrec_next_items(cfg, layout, Split("loo"), k, progress=progress)
+    return Written((layout.sasrec_next_items(k),), {"positions": int(len(top.items)), "k": k})
 
 
 def train_parallel_cold(

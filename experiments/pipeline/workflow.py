@@ -64,13 +64,13 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
     warm_eval = {k: v for k, v in eval_fields.items() if not k.startswith("cold_")}
     ev = (cold_eval, dataclasses.asdict(cfg.decode))
 
-    def retriever(split: Split, key_parts: tuple) -> ledger.Stage:
+    def retriever(split: Split, key_parts: tuple, after=("tokenizer",)) -> ledger.Stage:
         return ledger.Stage(
             f"retriever_{split.name}",
             key_parts,
             (layout.retriever_summary(split),),
             lambda: stages.train_retriever(cfg, layout, split, progress=progress),
-            after=("tokenizer",),
+            after=after,
             check=lambda: load_retriever(layout, split, read_only=False),
         )
 
@@ -98,10 +98,25 @@ def build_stages(cfg: Config, layout: RunLayout, *, progress: bool = True) -> li
     elif cfg.eval.warm:
         # The main retriever, then each ensemble member: the same config but its seed.
         members = [Split("loo")] + [Split("loo", seed=s) for s in cfg.eval.warm_ensemble_seeds]
-        # Under seqmodel.sasrec_teacher a retriever also reads the SASRec it trains first.
-        sasrec = (identity_fields(cfg.sasrec),) if cfg.seqmodel.sasrec_teacher else ()
+        after = ("tokenizer",)
+        if cfg.seqmodel.sasrec_teacher:
+            # SASRec and its next-item table first, once, for every member to read.
+            out.append(
+                ledger.Stage(
+                    "sasrec_teacher",
+                    (
+                        stored_key(layout.prepared),
+                        identity_fields(cfg.sasrec),
+                        cfg.seqmodel.sasrec_teacher,
+                    ),
+                    (layout.sasrec_next_items(cfg.seqmodel.sasrec_teacher),),
+                    lambda: stages.sasrec_teacher(cfg, layout, progress=progress),
+                    after=(),  # the prepared dataset, in its key
+                )
+            )
+            after += ("sasrec_teacher",)
         for m in members:
-            out.append(retriever(m, (identity_fields(m.retriever_config(cfg.seqmodel)), *sasrec)))
+            out.append(retriever(m, (identity_fields(m.retriever_config(cfg.seqmodel)),), after))
         out.append(
             ledger.Stage(
                 "eval_warm",

@@ -200,8 +200,9 @@ def test_pipeline_trains_sasrec_then_the_retriever_from_it(tmp_path, capsys):
     argv += ["--set", "seqmodel.cooc_distill=0.5", "--set", "seqmodel.sasrec_teacher=5"]
     argv += ["--set", "sasrec.num_epochs=1"]
     assert cli.main(argv) == 0
-    tables = list((tmp_path / "sasrec_loo").glob("next_items_top5.npz"))
-    assert len(tables) == 1
+    ledger = json.loads((tmp_path / "stages.json").read_text())
+    assert set(ledger) == {"tokenizer", "sasrec_teacher", "retriever_loo", "eval_warm"}
+    assert (tmp_path / "sasrec_loo" / "next_items_top5.npz").is_file()
     student = json.loads((tmp_path / "retriever_loo" / "retriever.json").read_text())
     sas_run = json.loads((tmp_path / "sasrec_loo" / "retriever.json").read_text())
     assert student["teacher"].startswith(f"|sasrec:{sas_run['inputs']}:")
