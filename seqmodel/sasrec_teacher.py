@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
+from tqdm import tqdm
 
 from data import atomic
 from data.errors import ArtifactError
@@ -75,6 +76,7 @@ def next_item_topk(
     k: int,
     key: str,
     batch_size: int = 64,
+    show_progress: bool = False,
 ) -> NextItemTopK:
     """SASRec's (`graphdef`, `variables`) k most probable next items and their softmax
     probabilities at every position t >= 1 of every history of `h`, read from its state after
@@ -86,11 +88,16 @@ def next_item_topk(
     T = max_history
     encoded = encode_items(h, T)
     cols = np.arange(T)
-    for b0, batch in zip(
-        range(0, len(h), batch_size),
-        padded_batches(encoded, batch_size=batch_size),
-        strict=False,
-    ):
+    batches = padded_batches(encoded, batch_size=batch_size)
+    bar = tqdm(
+        batches,
+        desc="sasrec next items",
+        total=-(-len(h) // batch_size),
+        unit="batch",
+        leave=False,
+        disable=not show_progress,
+    )
+    for b0, batch in zip(range(0, len(h), batch_size), bar, strict=False):
         top, p = jax.device_get(_topk_all_positions(graphdef, variables, batch, k=k))
         n = lengths[b0 : b0 + batch_size]
         m = np.minimum(n, T)

@@ -181,7 +181,13 @@ def sasrec_next_items(
     top = NextItemTopK.load(path, key)
     if top is None:
         top = next_item_topk(
-            graphdef, variables, loo.train, max_history=cfg.sasrec.max_history, k=k, key=key
+            graphdef,
+            variables,
+            loo.train,
+            max_history=cfg.sasrec.max_history,
+            k=k,
+            key=key,
+            show_progress=progress,
         )
         if jax.process_index() == 0:
             top.save(path)
