@@ -172,6 +172,11 @@ def sasrec_next_items(
             f"{split.kind}; set seqmodel.sasrec_teacher=0 for the cold-start splits"
         )
     ds = load_dataset(layout)
+    if k > len(ds.catalog):
+        raise ArgumentError(
+            f"seqmodel.sasrec_teacher={k}: more next items than the {len(ds.catalog)} in the "
+            "catalog"
+        )
     graphdef, variables, summary, loo = _loo_next_item_model(
         cfg.sasrec, layout.sasrec, ds, model=None, progress=progress
     )

@@ -219,3 +219,8 @@ def test_pipeline_trains_sasrec_then_the_retriever_from_it(tmp_path, capsys):
     assert cli.main(bad) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "seqmodel.sasrec_teacher=5: leave-one-out only" in err[0]
+    bad = ["train-retriever", "--workdir", w, "--config", "tiny", "--split", "loo"]
+    bad += ["--set", "seqmodel.cooc_distill=0.5", "--set", "seqmodel.sasrec_teacher=100000"]
+    assert cli.main(bad + ["--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "more next items than the" in err[0]
