@@ -35,6 +35,11 @@ class Histories:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    def target_offsets(self) -> np.ndarray:
+        """int64[U + 1]: where each history's targets (its positions 1 .. n - 1) start in one
+        flat table of them; history u's are rows out[u] .. out[u + 1] - 1."""
+        return np.concatenate([[0], np.cumsum(np.maximum(self.lengths() - 1, 0))]).astype(np.int64)
+
     @classmethod
     def from_lists(cls, items: list, times: list | None = None) -> "Histories":
         """Builds from per-user lists; times default to positions (for tests)."""

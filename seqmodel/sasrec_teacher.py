@@ -82,7 +82,7 @@ def next_item_topk(
     probabilities at every position t >= 1 of every history of `h`, read from its state after
     the items before t within the history's last `max_history` items."""
     lengths = h.lengths()
-    offsets = np.concatenate([[0], np.cumsum(np.maximum(lengths - 1, 0))]).astype(np.int64)
+    offsets = h.target_offsets()
     items = np.zeros((offsets[-1], k), np.int32)
     probs = np.zeros((offsets[-1], k), np.float32)
     T = max_history
@@ -133,6 +133,5 @@ class SasrecTeacher:
 
 def check_histories(top: NextItemTopK, h: Histories, what: str) -> None:
     """An ArtifactError unless `top` covers exactly `h`'s positions."""
-    expected = np.concatenate([[0], np.cumsum(np.maximum(h.lengths() - 1, 0))])
-    if not np.array_equal(top.offsets, expected):
+    if not np.array_equal(top.offsets, h.target_offsets()):
         raise ArtifactError(f"{what}: its next-item table covers other histories than these")

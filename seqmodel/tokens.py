@@ -172,13 +172,11 @@ class WindowSource:
     def __init__(self, h: Histories, max_history: int):
         self._h = h
         self._max_history = max_history
-        lengths = h.lengths()
-        users = np.repeat(np.arange(len(h)), np.maximum(lengths - 1, 0))
+        offsets = h.target_offsets()
+        counts = np.diff(offsets)
+        users = np.repeat(np.arange(len(h)), counts)
         starts = h.offsets[:-1][users]
-        within = np.arange(len(users)) - np.repeat(
-            np.concatenate([[0], np.cumsum(np.maximum(lengths - 1, 0))[:-1]]),
-            np.maximum(lengths - 1, 0),
-        )
+        within = np.arange(len(users)) - np.repeat(offsets[:-1], counts)
         self._users = users.astype(np.int32)
         self._ends = (starts + within + 2).astype(np.int64)  # exclusive end: target = ends - 1
 
