@@ -1,6 +1,7 @@
 """Configuration of the decoder-only retriever and its training."""
 
 import dataclasses
+import math
 
 LAYOUTS = ("causal", "sliding", "packed", "bucketed")
 # The layouts of the next-item harness (seqmodel.sasrec: SASRec, the parallel-codes retriever):
@@ -126,6 +127,9 @@ class SeqModelConfig:
     # `sasrec_teacher` most probable next items that share the target's prefix, weighted by
     # their probabilities and scaled to the co-occurrence teacher's total. 0: off.
     sasrec_teacher: int = 0
+    # Under sasrec_teacher: SASRec's total weight in each soft target, as a multiple of the
+    # co-occurrence teacher's (1: half each). Without sasrec_teacher it has no effect.
+    sasrec_teacher_weight: float = 1.0
     # > 0: the retriever is distilled from a trained teacher (self-distillation): at every target
     # the loss mixes in, with this weight, the cross-entropy against the teacher's distribution
     # over that level's codes, teacher-forced on the same inputs (seqmodel.train.teacher_soft_mix).
@@ -216,6 +220,11 @@ class SeqModelConfig:
                 f"and layout causal or bucketed, got {self.sasrec_teacher} with cooc_distill="
                 f"{self.cooc_distill} and layout={self.layout}"
             )
+        if not self.sasrec_teacher_weight > 0 or not math.isfinite(self.sasrec_teacher_weight):
+            raise ValueError(
+                "seqmodel.sasrec_teacher_weight must be a finite number > 0, got "
+                f"{self.sasrec_teacher_weight}"
+            )
         if self.sasrec_teacher and self.shuffle_ties:
             raise ValueError(
                 "seqmodel.sasrec_teacher reads the histories in their order: not with shuffle_ties"
@@ -253,10 +262,13 @@ class SeqModelConfig:
 
 def keyed_fields(cfg: SeqModelConfig) -> dict:
     """`cfg` as a dict for the next-item models' and draft heads' fingerprints: without
-    sasrec_teacher at its off value, which came after their keys."""
+    sasrec_teacher at its off value, nor sasrec_teacher_weight where it has no effect, which
+    came after their keys."""
     fields = dataclasses.asdict(cfg)
     if not fields["sasrec_teacher"]:
         del fields["sasrec_teacher"]
+    if fields["sasrec_teacher_weight"] == 1.0 or not cfg.sasrec_teacher:  # no effect
+        del fields["sasrec_teacher_weight"]
     return fields
 
 

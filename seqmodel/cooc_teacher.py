@@ -91,12 +91,13 @@ def join_targets(
     weights: Float[np.ndarray, "T K"],
     extra_codes: Int[np.ndarray, "T J"],
     extra_weights: Float[np.ndarray, "T J"],
+    ratio: float = 1.0,
 ) -> tuple[Int[np.ndarray, "T KJ"], Float[np.ndarray, "T KJ"]]:
-    """Two teachers' rows side by side, the second's scaled to the first's total weight in each
-    row where the first has any (so that each is half of that row's soft target)."""
+    """Two teachers' rows side by side, the second's scaled to `ratio` times the first's total
+    weight in each row where the first has any (at 1, each is half of that row's soft target)."""
     total = weights.sum(-1, keepdims=True)
     extra_total = extra_weights.sum(-1, keepdims=True)
-    scale = np.where(total > 0, total / np.maximum(extra_total, 1e-12), 1.0)
+    scale = np.where(total > 0, ratio * total / np.maximum(extra_total, 1e-12), 1.0)
     return (
         np.concatenate([codes, extra_codes], -1),
         np.concatenate([weights, extra_weights * scale], -1).astype(np.float32),

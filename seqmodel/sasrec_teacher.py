@@ -112,10 +112,12 @@ def next_item_topk(
 
 @dataclasses.dataclass(frozen=True)
 class SasrecTeacher:
-    """Soft targets from a NextItemTopK over the training histories (their user indices)."""
+    """Soft targets from a NextItemTopK over the training histories (their user indices);
+    `weight`: their total in a row, as a multiple of the first teacher's (join_targets' ratio)."""
 
     sids: Int[np.ndarray, "N L"]
     top: NextItemTopK
+    weight: float = 1.0
 
     def targets(
         self, user: int, n: int, items: Int[np.ndarray, " m"], length: int

@@ -155,7 +155,7 @@ class TokenizeExample(grain.transforms.Map):
                 n = len(element["items"])
                 more = self.next_items.targets(int(element["user"]), n, kept, len(example[1]))
                 out["teach_codes"], out["teach_weights"] = join_targets(
-                    out["teach_codes"], out["teach_weights"], *more
+                    out["teach_codes"], out["teach_weights"], *more, self.next_items.weight
                 )
         if self.log_q is not None:
             logq = np.zeros(len(example[1]), np.float32)

@@ -283,7 +283,7 @@ def training_batches(
     second = None
     if next_items is not None:
         check_histories(next_items, data.train, "seqmodel.sasrec_teacher")
-        second = SasrecTeacher(data.sids, next_items)
+        second = SasrecTeacher(data.sids, next_items, cfg.sasrec_teacher_weight)
     row_layout = "causal" if cfg.layout == "bucketed" else cfg.layout
     log_q = target_log_shares(data.train, len(data.sids)) if cfg.item_contrast_logq else None
     transform = TokenizeExample(item_tokens, cfg.max_history, row_layout, teacher, log_q, second)

@@ -122,6 +122,9 @@ def test_join_scales_the_second_teacher_to_the_first_ones_total():
     np.testing.assert_allclose(w, [[2, 1, 2.25, 0.75], [0, 0, 0.2, 0.2], [4, 0, 0, 0]], rtol=1e-6)
     # Each teacher is half of a row where both have weight.
     np.testing.assert_allclose(w[0, 2:].sum(), w[0, :2].sum())
+    # At ratio 2 the second is twice the first's total; rows where the first has none keep theirs.
+    _, w2 = join_targets(codes, weights, extra, extra_w, 2.0)
+    np.testing.assert_allclose(w2, [[2, 1, 4.5, 1.5], [0, 0, 0.2, 0.2], [4, 0, 0, 0]], rtol=1e-6)
 
 
 def test_a_row_holds_both_teachers_targets():
@@ -147,6 +150,12 @@ def test_a_row_holds_both_teachers_targets():
     np.testing.assert_array_equal(b["teach_codes"], want[0])
     np.testing.assert_allclose(b["teach_weights"], want[1])
     assert b["teach_codes"].shape[1] == 3 + 2
+    # The teacher's weight is the join's ratio.
+    heavy = TokenizeExample(tokens, 3, "causal", cooc, next_items=SasrecTeacher(SIDS, top, 3.0))
+    more = second.targets(0, 5, kept, length)
+    want3 = join_targets(a["teach_codes"], a["teach_weights"], *more, 3.0)
+    np.testing.assert_allclose(heavy.map(record)["teach_weights"], want3[1])
+    assert not np.allclose(want3[1], want[1])
     with pytest.raises(ValueError, match="give both"):
         TokenizeExample(tokens, 3, "causal", None, next_items=second)
 
@@ -166,6 +175,18 @@ def test_off_by_default_validated_and_out_of_the_keys_when_off():
         dataclasses.replace(on, layout="sliding")
     with pytest.raises(ValueError, match="not with shuffle_ties"):
         dataclasses.replace(on, shuffle_ties=True)
+    # Its weight is keyed only where it acts, and refused unless finite and positive.
+    assert "sasrec_teacher_weight" not in identity_fields(on)
+    assert "sasrec_teacher_weight" not in identity_fields(
+        dataclasses.replace(CFG, sasrec_teacher_weight=2.0)
+    )
+    assert (
+        identity_fields(dataclasses.replace(on, sasrec_teacher_weight=2.0))["sasrec_teacher_weight"]
+        == 2.0
+    )
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="sasrec_teacher_weight must be a finite number"):
+            dataclasses.replace(on, sasrec_teacher_weight=bad)
 
 
 def test_training_with_it_differs_and_is_keyed_by_its_table(tmp_path):
