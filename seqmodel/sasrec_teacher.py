@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from data import atomic
 from data.errors import ArtifactError
-from data.pipeline import padded_batches
+from data.pipeline import bucket_widths, pad_rows
 from data.types import Histories
 from seqmodel.cooc_teacher import level_targets
 from seqmodel.sasrec import encode_items
@@ -80,33 +80,44 @@ def next_item_topk(
 ) -> NextItemTopK:
     """SASRec's (`graphdef`, `variables`) k most probable next items and their softmax
     probabilities at every position t >= 1 of every history of `h`, read from its state after
-    the items before t within the history's last `max_history` items."""
+    the items before t within the history's last `max_history` items.
+
+    Histories are scored in buckets of similar length (data.pipeline.bucket_widths), each cut
+    to its bucket's width W with about batch_size * max_history positions a call: SASRec's
+    rotary positions make the left padding it drops invisible, and most histories are far
+    shorter than max_history."""
     lengths = h.lengths()
     offsets = h.target_offsets()
     items = np.zeros((offsets[-1], k), np.int32)
     probs = np.zeros((offsets[-1], k), np.float32)
     T = max_history
     encoded = encode_items(h, T)
-    cols = np.arange(T)
-    batches = padded_batches(encoded, batch_size=batch_size)
+    kept = np.minimum(lengths, T)
+    widths = bucket_widths(np.maximum(kept, 1))
+    bucket = np.searchsorted(widths, np.maximum(kept, 1))  # the first width >= each length
+    groups = []
+    for b, W in enumerate(widths):
+        users = np.flatnonzero((bucket == b) & (lengths > 1))  # one item: no target
+        rows = max(batch_size, batch_size * T // W)
+        groups += [(W, users[i : i + rows], rows) for i in range(0, len(users), rows)]
     bar = tqdm(
-        batches,
+        groups,
         desc="sasrec next items",
-        total=-(-len(h) // batch_size),
         unit="batch",
         leave=False,
         disable=not show_progress,
     )
-    for b0, batch in zip(range(0, len(h), batch_size), bar, strict=False):
+    for W, users, rows in bar:
+        batch = pad_rows(encoded[users, T - W :], rows)
         top, p = jax.device_get(_topk_all_positions(graphdef, variables, batch, k=k))
-        n = lengths[b0 : b0 + batch_size]
-        m = np.minimum(n, T)
-        # Column c holds item n - T + c, so its state predicts position n - T + c + 1: real for
-        # columns T - m .. T - 2 (the last column's prediction is past the history).
-        real = (cols[None] >= (T - m)[:, None]) & (cols[None] <= T - 2)
-        rows = offsets[b0 : b0 + len(n), None] + (n - T)[:, None] + cols[None]
-        items[rows[real]] = top[: len(n)][real]
-        probs[rows[real]] = p[: len(n)][real]
+        n, m = lengths[users], kept[users]
+        cols = np.arange(W)
+        # Column c holds item n - W + c, so its state predicts position n - W + c + 1: real for
+        # columns W - m .. W - 2 (the last column's prediction is past the history).
+        real = (cols[None] >= (W - m)[:, None]) & (cols[None] <= W - 2)
+        at = offsets[users, None] + (n - W)[:, None] + cols[None]
+        items[at[real]] = top[: len(users)][real]
+        probs[at[real]] = p[: len(users)][real]
     return NextItemTopK(offsets, items, probs, key)
 
 
