@@ -336,6 +336,20 @@ def bench_config(args: argparse.Namespace, **overrides) -> BenchConfig:
     return cfg
 
 
+def add_holdout_of_arg(parser: argparse.ArgumentParser) -> None:
+    """--holdout-of DIR (repeatable): with --validation, the outside_holdout block also leaves
+    out the users that the leave-one-out retriever in DIR chose its checkpoint on."""
+    parser.add_argument(
+        "--holdout-of",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="with --validation: the outside_holdout block also leaves out the users that the "
+        "leave-one-out retriever in DIR chose its checkpoint on, so that runs whose holdouts "
+        "differ compare on the same users (repeatable)",
+    )
+
+
 def add_loo_model_args(parser: argparse.ArgumentParser, results_name: str) -> None:
     """The arguments of a command that trains one leave-one-out model in the SASRec harness
     (`genret sasrec`, `genret parallel`): its results go to results/[validation_]NAME.json."""
@@ -347,6 +361,7 @@ def add_loo_model_args(parser: argparse.ArgumentParser, results_name: str) -> No
         help="rank every user's second-to-last item instead of the last (tuning; the test "
         f"targets are not read); writes results/validation_{results_name}.json",
     )
+    add_holdout_of_arg(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -357,7 +372,13 @@ def run_loo_model(args: argparse.Namespace, stage, method: str) -> int:
 
     layout = layout_of(args)
     cfg = resolve_config(args, layout)
-    written = stage(cfg, layout, validation=args.validation, progress=not args.no_progress)
+    written = stage(
+        cfg,
+        layout,
+        validation=args.validation,
+        holdout_of=args.holdout_of,
+        progress=not args.no_progress,
+    )
     stages.save_config(cfg, layout)
     print(json.dumps(written.summary["methods"][method], indent=2))
     return 0

@@ -39,15 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "trained with --set seqmodel.seed=N); the retrievers' beams are ranked as one ensemble "
         "(eval.warm_ensemble_rule; repeatable; beam search only)",
     )
-    parser.add_argument(
-        "--holdout-of",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="with --validation: the outside_holdout block also leaves out the users that the "
-        "leave-one-out retriever in DIR chose its checkpoint on, so that runs whose holdouts "
-        "differ compare on the same users (repeatable)",
-    )
+    common.add_holdout_of_arg(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_config_args(parser)
 

@@ -360,12 +360,19 @@ def write_report(cfg: Config, layout: RunLayout) -> Written:
 
 
 def sasrec(
-    cfg: Config, layout: RunLayout, *, validation: bool = False, progress: bool = True
+    cfg: Config,
+    layout: RunLayout,
+    *,
+    validation: bool = False,
+    holdout_of: Sequence[Path | str] = (),
+    progress: bool = True,
 ) -> Written:
     """The SASRec baseline on TIGER's leave-one-out split: trained (or resumed) on all but each
     user's last two items, early-stopped on a sample of second-to-last items, then ranked over
     the full catalog for every test user (Recall/NDCG@5/10); with `validation`, for every
-    user's second-to-last item instead, and the test targets are not read."""
+    user's second-to-last item instead, and the test targets are not read. `holdout_of`: the
+    leave-one-out retriever directories whose checkpoint users the validation's
+    outside_holdout block also leaves out."""
     out = layout.validation_sasrec_result if validation else layout.sasrec_result
     return _next_item_model(
         cfg,
@@ -375,12 +382,18 @@ def sasrec(
         out,
         "sasrec",
         validation=validation,
+        holdout_of=holdout_of,
         progress=progress,
     )
 
 
 def parallel(
-    cfg: Config, layout: RunLayout, *, validation: bool = False, progress: bool = True
+    cfg: Config,
+    layout: RunLayout,
+    *,
+    validation: bool = False,
+    holdout_of: Sequence[Path | str] = (),
+    progress: bool = True,
 ) -> Written:
     """The parallel-codes retriever (RPG) on TIGER's leave-one-out split, as `sasrec` trains and
     ranks SASRec: item text embeddings (rqvae.embedder, cached in WORKDIR/embeddings; with
@@ -406,6 +419,7 @@ def parallel(
         model=parallel_spec(seq, codes),
         extra={"codes": codes_summary},
         validation=validation,
+        holdout_of=holdout_of,
         progress=progress,
     )
 
@@ -445,18 +459,25 @@ def _next_item_model(
     model=None,
     extra: dict | None = None,
     validation: bool,
+    holdout_of: Sequence[Path | str] = (),
     progress: bool,
 ) -> Written:
     """Trains (or resumes) a next-item model of seqmodel.sasrec's harness in `run_dir` (`model`:
     a ModelSpec; None: SASRec) on TIGER's leave-one-out split, early-stopped on a sample of
     second-to-last items, ranks the full catalog after every test user's history (validation:
     every user's second-to-last item; the test targets are not read) and writes `out`: the
-    ranking metrics of `method`, the same without history items, the training summary."""
-    from data.splits import holdout_rows, outside_holdouts
+    ranking metrics of `method`, the same without history items, the training summary.
+    `holdout_of` (validation only): retriever directories whose checkpoint users the
+    outside_holdout block also leaves out."""
+    from data.splits import holdout_rows, leave_one_out, outside_holdouts
     from experiments.evaluation import metrics
     from seqmodel import sasrec as sasrec_lib
 
+    if holdout_of and not validation:
+        raise ArgumentError("--holdout-of: only with --validation")
     ds = load_dataset(layout)
+    # Read before training, so that a DIR without a retriever is named before any work.
+    others = retrieval_eval.chosen_on(holdout_of, len(leave_one_out(ds).valid_targets))
     graphdef, variables, summary, split = _loo_next_item_model(
         seq, run_dir, ds, model=model, progress=progress
     )
@@ -498,12 +519,14 @@ def _next_item_model(
         # The users the early stop did not see: their numbers carry no bias from the choice of
         # checkpoint. Runs whose holdouts differ compare on the users outside the larger one
         # (samples of one seed are nested).
-        outside = outside_holdouts(np.arange(len(targets)), rows)
+        outside = outside_holdouts(np.arange(len(targets)), rows, *others)
         result["outside_holdout"] = {
             "num_users": int(len(outside)),
             method: metrics.ranking_metrics(
                 pred[outside], targets[outside], ks=(5, 10), ndcg_ks=(5, 10)
             ),
         }
+        if holdout_of:
+            result["outside_holdout"]["holdout_of"] = [str(d) for d in holdout_of]
     atomic.write_json(out, result)
     return Written((out,), result)

@@ -177,3 +177,51 @@ def test_sasrec_validation_ranks_second_to_last_items(workdir: Path, capsys):  #
     assert test["train"] == res["train"]
     assert test["num_test_users"] == len(split.test_targets)
     assert "outside_holdout" not in test  # a test ranking has no holdout to stand outside
+
+
+def test_sasrec_validation_can_leave_out_a_retrievers_holdout_too(
+    workdir: Path,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    loo = workdir / "retriever_loo"
+    if not (loo / "train_summary.json").exists():
+        assert (
+            cli.main(["train-retriever", "--workdir", str(workdir), "--split", "loo", *TRAIN_FAST])
+            == 0
+        )
+    w = tmp_path / "w"
+    for part in ("prepared", "tokenizer"):
+        shutil.copytree(workdir / part, w / part)
+    shutil.copy(workdir / "config.json", w / "config.json")
+    # SASRec's holdout drawn with seed 1, the retriever's (20 users) with seed 0.
+    fast = [
+        *("--set", "sasrec.num_layers=1", "--set", "sasrec.d_model=16"),
+        *("--set", "sasrec.mlp_dim=32", "--set", "sasrec.batch_size=16"),
+        *("--set", "sasrec.max_steps=2", "--set", "sasrec.eval_every=2"),
+        *("--set", "sasrec.eval_users=20", "--set", "sasrec.seed=1"),
+    ]
+    args = ["sasrec", "--workdir", str(w), "--validation", "--no-progress", *fast]
+    path = w / "results" / "validation_sasrec.json"
+    assert cli.main(args) == 0
+    alone = json.loads(path.read_text())
+    assert cli.main([*args, "--holdout-of", str(loo)]) == 0
+    both = json.loads(path.read_text())
+    n = alone["num_test_users"]
+    union = np.union1d(holdout_rows(n, 20, 1), holdout_rows(n, 20, 0))
+    assert 20 < len(union) <= 40
+    assert alone["outside_holdout"]["num_users"] == n - 20
+    assert both["outside_holdout"]["num_users"] == n - len(union)
+    assert both["outside_holdout"]["holdout_of"] == [str(loo)]
+    for k in ("recall@5", "recall@10", "ndcg@5", "ndcg@10"):  # every user's ranking unchanged
+        assert both["methods"]["sasrec"][k] == alone["methods"]["sasrec"][k], k
+    # A DIR without a retriever, or --holdout-of without --validation: one line, nothing written.
+    capsys.readouterr()
+    no_retriever = [*args, "--holdout-of", str(tmp_path)]
+    not_validation = [a for a in args if a != "--validation"] + ["--holdout-of", str(loo)]
+    for bad, named in ((no_retriever, str(tmp_path)), (not_validation, "--holdout-of")):
+        assert cli.main(bad) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and named in err[0], err
+    assert json.loads(path.read_text()) == both
+    assert not (w / "results" / "sasrec.json").exists()
