@@ -477,7 +477,9 @@ def _next_item_model(
         raise ArgumentError("--holdout-of: only with --validation")
     ds = load_dataset(layout)
     # Read before training, so that a DIR without a retriever is named before any work.
-    others = retrieval_eval.chosen_on(holdout_of, len(leave_one_out(ds).valid_targets))
+    others = []
+    if holdout_of:
+        others = retrieval_eval.chosen_on(holdout_of, len(leave_one_out(ds).valid_targets))
     graphdef, variables, summary, split = _loo_next_item_model(
         seq, run_dir, ds, model=model, progress=progress
     )
