@@ -146,13 +146,13 @@ def test_a_row_holds_both_teachers_targets():
     np.testing.assert_array_equal(a["targets"], b["targets"])
     length = len(a["targets"])
     kept = h[0][-3:]
-    want = join_targets(a["teach_codes"], a["teach_weights"], *second.targets(0, 5, kept, length))
+    more = second.targets(0, 5, kept, length)
+    want = join_targets(a["teach_codes"], a["teach_weights"], *more)
     np.testing.assert_array_equal(b["teach_codes"], want[0])
     np.testing.assert_allclose(b["teach_weights"], want[1])
     assert b["teach_codes"].shape[1] == 3 + 2
     # The teacher's weight is the join's ratio.
     heavy = TokenizeExample(tokens, 3, "causal", cooc, next_items=SasrecTeacher(SIDS, top, 3.0))
-    more = second.targets(0, 5, kept, length)
     want3 = join_targets(a["teach_codes"], a["teach_weights"], *more, 3.0)
     np.testing.assert_allclose(heavy.map(record)["teach_weights"], want3[1])
     assert not np.allclose(want3[1], want[1])
