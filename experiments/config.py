@@ -288,6 +288,12 @@ def validate(cfg: Config) -> Config:
         )
     if cfg.eval.cold_parallel and not cfg.eval.cold:
         raise ArgumentError("eval.cold_parallel: needs eval.cold=true (it joins eval-cold-start)")
+    for section in ("seqmodel", "parallel"):
+        if getattr(cfg, section).sampled_negatives:
+            raise ArgumentError(
+                f"{section}.sampled_negatives: only the sasrec section trains with a sampled "
+                "softmax"
+            )
     for section in ("sasrec", "parallel"):
         layout = getattr(cfg, section).layout
         if layout not in HARNESS_LAYOUTS:

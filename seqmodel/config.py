@@ -163,6 +163,12 @@ class SeqModelConfig:
     # it lowers one retriever's Beauty validation Recall@10 from 9.53 to 9.21: the presets leave
     # it off.
     node_head_dim: int = 0
+    # The `sasrec` section only: > 0 trains SASRec with a sampled softmax: each step draws this
+    # many distinct items uniformly (shared by the batch's positions), and a position's loss is
+    # the cross-entropy over its target and those items, each drawn item's score raised by
+    # log(N / this) so that their exp-sum estimates the catalog's (seqmodel.sasrec.sampled_nll).
+    # The [positions, N] logits are most of a step's work. 0: the full softmax.
+    sampled_negatives: int = 0
     seed: int = 0
     # none: a plain retriever; joint: it also trains the draft head `draft` (its loss added).
     draft_head: str = "none"
@@ -252,6 +258,10 @@ class SeqModelConfig:
                 "seqmodel.node_head_dim must be >= 0, and > 0 only with seqmodel.arch=item, got "
                 f"{self.node_head_dim} with arch={self.arch}"
             )
+        if self.sampled_negatives < 0:
+            raise ValueError(
+                f"seqmodel.sampled_negatives must be >= 0, got {self.sampled_negatives}"
+            )
         for name in ("cooc_distill", "shuffle_ties"):
             if getattr(self, name) and self.layout == "packed":
                 raise ValueError(
@@ -262,9 +272,11 @@ class SeqModelConfig:
 
 def keyed_fields(cfg: SeqModelConfig) -> dict:
     """`cfg` as a dict for the next-item models' and draft heads' fingerprints: without
-    sasrec_teacher at its off value, nor sasrec_teacher_weight where it has no effect, which
-    came after their keys."""
+    sasrec_teacher or sampled_negatives at its off value, nor sasrec_teacher_weight where it has
+    no effect, which came after their keys."""
     fields = dataclasses.asdict(cfg)
+    if not fields["sampled_negatives"]:
+        del fields["sampled_negatives"]
     if not fields["sasrec_teacher"]:
         del fields["sasrec_teacher"]
     if fields["sasrec_teacher_weight"] == 1.0 or not cfg.sasrec_teacher:  # no effect

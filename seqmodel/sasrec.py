@@ -38,6 +38,7 @@ from seqmodel.state import TrainState, make_optimizer
 from seqmodel.trainer import PatienceChange, Run, Schedule, Trainer, best_state
 
 PAD_ITEM = 0  # item i is id i + 1
+NEGATIVES_STREAM = 1  # folded into a step's key for its sampled negatives
 
 
 class SASRec(nnx.Module):
@@ -65,6 +66,22 @@ class SASRec(nnx.Module):
         """-log p(item | state) under the softmax over the full catalog."""
         logits_SN = self.scores(h).astype(jnp.float32)
         return optax.softmax_cross_entropy_with_integer_labels(logits_SN, items)
+
+    def sampled_nll(
+        self, h: Float[Array, "S D"], items: Int[Array, " S"], negatives: Int[Array, " K"]
+    ) -> Float[Array, " S"]:
+        """-log of the target's share of a softmax over it and the `negatives` (K distinct
+        catalog items drawn uniformly), each negative's score raised by log(N / K): item j != target
+        is drawn with probability K / N, so their exp-sum estimates the rest of the catalog's.
+        A negative that is the position's own target is left out. With all N items as negatives
+        this is `next_item_nll`."""
+        table = self.embed.embedding[1:]
+        target_S = jnp.einsum("sd,sd->s", h, table[items]).astype(jnp.float32)
+        neg_SK = (h @ table[negatives].T).astype(jnp.float32)
+        neg_SK = neg_SK + jnp.log(self.num_items / negatives.shape[0])
+        neg_SK = jnp.where(negatives[None, :] == items[:, None], -jnp.inf, neg_SK)
+        all_SK = jnp.concatenate([target_S[:, None], neg_SK], axis=1)
+        return jax.nn.logsumexp(all_SK, axis=1) - target_S
 
     def __call__(
         self, items: Int[Array, "B T"], dropout_key: jax.Array | None = None
@@ -163,7 +180,9 @@ def loss_fn(
     consts: nnx.State | None = None,
 ) -> tuple[Float[Array, ""], dict]:
     """Mean next-item loss (the model's `next_item_nll`) at every real position; `consts` are
-    the model's untrained variables (a codes table), none for SASRec.
+    the model's untrained variables (a codes table), none for SASRec. In training (a dropout
+    key given) with `sampled_negatives` > 0, SASRec's `sampled_nll` over that many items drawn
+    from a key of its own.
 
     Only the first `slots` real positions (row-major) are scored: the [positions, N] logits (or
     [positions, M, V] code logits) are most of a step's work, and most positions of a short
@@ -176,7 +195,14 @@ def loss_fn(
     w_P = batch["weights"].reshape(B * T)
     pos_S = jnp.nonzero(w_P, size=slots, fill_value=0)[0]
     target_S = jnp.maximum(batch["targets"].reshape(B * T)[pos_S] - 1, 0)
-    nll_S = model.next_item_nll(h_BTD.reshape(B * T, D)[pos_S], target_S)
+    h_SD = h_BTD.reshape(B * T, D)[pos_S]
+    k = model.cfg.sampled_negatives
+    if k and dropout_key is not None:
+        key = jax.random.fold_in(dropout_key, NEGATIVES_STREAM)
+        negatives_K = jax.random.choice(key, model.num_items, (k,), replace=False)
+        nll_S = model.sampled_nll(h_SD, target_S, negatives_K)
+    else:
+        nll_S = model.next_item_nll(h_SD, target_S)
     count = w_P.sum()
     # Slots past the real count repeat position 0 (the fill value): weight 0.
     w_S = (jnp.arange(slots) < count).astype(jnp.float32)
@@ -311,6 +337,11 @@ def train_and_evaluate(
     variables: parameters and constants, summary)."""
     workdir = Path(workdir)
     spec = sasrec_spec(cfg, num_items) if model is None else model
+    if cfg.sampled_negatives >= num_items:
+        raise ValueError(
+            f"{spec.section}.sampled_negatives={cfg.sampled_negatives} must be under the "
+            f"catalog's {num_items} items"
+        )
     iterator, steps_per_epoch = training_batches(cfg, train, spec.section)
     total = cfg.max_steps or cfg.num_epochs * steps_per_epoch
     graphdef, tx, state, consts = new_state(cfg, num_items, total, spec)

@@ -1,10 +1,12 @@
 """Step time of the next-item harness (seqmodel.sasrec: gradient and AdamW update) in its two row
 layouts, `causal` and `bucketed`, on a work directory's leave-one-out training part: the same
 number of batches of each, every shape compiled first, then the layouts' steps timed in turns
-(two passes), so a shared machine slows both alike. Prints a markdown table.
+(two passes), so a shared machine slows both alike. Prints a markdown table. With `--vary
+FIELD=V1,V2,...` the variants are those values of one field of the model's section, in its
+configured layout (`--vary sampled_negatives=0,2048`: the full softmax against a sampled one).
 
 Usage: python docs/scripts/bench_harness_layouts.py WORKDIR {sasrec,parallel} [--steps 30]
-    [--set sasrec.d_model=256 ...]
+    [--set sasrec.d_model=256 ...] [--vary FIELD=V1,V2]
 WORKDIR needs `genret prepare`; `parallel` also needs WORKDIR/parallel_loo/pq_codes.npy (from
 `genret parallel`).
 """
@@ -33,19 +35,33 @@ def main() -> None:
     parser.add_argument("model", choices=("sasrec", "parallel"))
     parser.add_argument("--steps", type=int, default=30, help="batches per layout (default 30)")
     parser.add_argument("--set", action="append", default=[], help="a config override")
+    parser.add_argument(
+        "--vary",
+        metavar="FIELD=V1,V2",
+        help="time these values of one field of the model's section instead of the two layouts",
+    )
     args = parser.parse_args()
     layout = RunLayout(args.workdir)
     cfg = config_lib.apply_overrides(config_lib.load_preset("beauty"), args.set)
     base = getattr(cfg, args.model)
     ds = load_dataset(layout)
     train, num_items = leave_one_out(ds).train, len(ds.catalog)
-    if args.model == "parallel":
-        spec = parallel_spec(base, np.load(layout.parallel_codes))
+    codes = np.load(layout.parallel_codes) if args.model == "parallel" else None
+    if args.vary:
+        field, _, values = args.vary.partition("=")
+        variants = {
+            f"{field}={v}": config_lib.apply_overrides(cfg, [f"{args.model}.{field}={v}"])
+            for v in values.split(",")
+        }
+        variants = {name: getattr(c, args.model) for name, c in variants.items()}
     else:
-        spec = sasrec.sasrec_spec(base, num_items)
+        variants = {name: dataclasses.replace(base, layout=name) for name in HARNESS_LAYOUTS}
     runs = {}
-    for name in HARNESS_LAYOUTS:
-        seq = dataclasses.replace(base, layout=name)
+    for name, seq in variants.items():
+        if codes is not None:
+            spec = parallel_spec(seq, codes)
+        else:
+            spec = sasrec.sasrec_spec(seq, num_items)
         batches, per_epoch = sasrec.training_batches(seq, train, args.model)
         graphdef, tx, state, consts = sasrec.new_state(seq, num_items, 10_000, spec)
         step = jax.jit(
@@ -71,7 +87,8 @@ def main() -> None:
                 jax.block_until_ready(m["loss"])
                 times.append(time.perf_counter() - start)
             run[1] = state
-    print(f"| {args.model} layout | steps per epoch | median ms | mean ms | epoch s |")
+    what = "variant" if args.vary else "layout"
+    print(f"| {args.model} {what} | steps per epoch | median ms | mean ms | epoch s |")
     print("|---|---|---|---|---|")
     for name, (_, _, _, per_epoch, times) in runs.items():
         print(

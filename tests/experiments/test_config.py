@@ -136,3 +136,16 @@ def test_ensemble_rule_is_checked_and_enters_the_leave_one_out_key_alone(tmp_pat
     product, mixture = keys("product"), keys("mixture")
     assert mixture["eval_warm"] != product["eval_warm"]
     assert all(mixture[n] == product[n] for n in product if n != "eval_warm")
+
+
+@pytest.mark.parametrize("section", ["seqmodel", "parallel"])
+def test_only_sasrec_takes_sampled_negatives(section):
+    cfg = config_lib.apply_overrides(
+        config_lib.load_preset("tiny"), [f"{section}.sampled_negatives=8"]
+    )
+    with pytest.raises(ValueError, match=f"{section}.sampled_negatives: only the sasrec section"):
+        config_lib.validate(cfg)
+    sasrec = config_lib.apply_overrides(
+        config_lib.load_preset("tiny"), ["sasrec.sampled_negatives=8"]
+    )
+    assert config_lib.validate(sasrec).sasrec.sampled_negatives == 8

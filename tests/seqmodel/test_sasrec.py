@@ -11,7 +11,7 @@ from flax import nnx
 from data.errors import BusyError
 from data.types import Histories
 from seqmodel import sasrec
-from seqmodel.config import SeqModelConfig
+from seqmodel.config import SeqModelConfig, keyed_fields
 from seqmodel.trainer import read_metrics
 from tests.conftest import locked_by_another_process
 
@@ -140,13 +140,15 @@ def _histories(seed=0, users=40):
 
 
 @pytest.mark.slow
-def test_two_steps_then_restore_equals_four_straight(tmp_path):
+@pytest.mark.parametrize("negatives", [0, 8])  # the full softmax, a sampled one
+def test_two_steps_then_restore_equals_four_straight(tmp_path, negatives):
+    cfg = dataclasses.replace(CFG, sampled_negatives=negatives)
     train = _histories()
     valid_h, valid_t = _histories(1, 5), np.arange(5, dtype=np.int32)
     args = (train, valid_h, valid_t, N)
-    _, straight, s1 = sasrec.train_and_evaluate(CFG, tmp_path / "a", *args, show_progress=False)
-    sasrec.train_and_evaluate(CFG, tmp_path / "b", *args, stop_after=2, show_progress=False)
-    _, resumed, s2 = sasrec.train_and_evaluate(CFG, tmp_path / "b", *args, show_progress=False)
+    _, straight, s1 = sasrec.train_and_evaluate(cfg, tmp_path / "a", *args, show_progress=False)
+    sasrec.train_and_evaluate(cfg, tmp_path / "b", *args, stop_after=2, show_progress=False)
+    _, resumed, s2 = sasrec.train_and_evaluate(cfg, tmp_path / "b", *args, show_progress=False)
     assert s1["steps"] == s2["steps"] == 4
     for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
@@ -221,3 +223,67 @@ def test_a_stopped_run_goes_on_under_a_larger_patience(tmp_path, capsys):
     assert "patience 1 -> 5; resuming the same run" in capsys.readouterr().out
     assert resumed["steps"] == 8 and not resumed["early_stopped"]
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [2, 4, 6, 8]
+
+
+def _sampled_case(seed=0, positions=9):
+    model = _model()
+    rng = np.random.default_rng(seed)
+    h = jnp.asarray(rng.normal(size=(positions, CFG.d_model)), jnp.float32)
+    items = jnp.asarray(rng.integers(0, N, positions), jnp.int32)
+    return model, h, items
+
+
+def test_sampled_softmax_over_the_whole_catalog_is_the_full_softmax():
+    model, h, items = _sampled_case()
+    everything = jnp.asarray(np.random.default_rng(1).permutation(N), jnp.int32)
+    np.testing.assert_allclose(
+        model.sampled_nll(h, items, everything), model.next_item_nll(h, items), rtol=1e-5
+    )
+
+
+def test_sampled_softmax_against_a_loop_over_positions():
+    """Each position: its target's score against the drawn items' scores raised by log(N / K),
+    the drawn copy of its own target left out."""
+    model, h, items = _sampled_case(seed=2)
+    negatives = np.asarray([int(items[0]), *[j for j in range(N) if j != int(items[0])][:6]])
+    table = np.asarray(model.embed.embedding[1:], np.float64)
+    hh, got = np.asarray(h, np.float64), model.sampled_nll(h, items, jnp.asarray(negatives))
+    for s, t in enumerate(np.asarray(items)):
+        scores = [hh[s] @ table[t]] + [
+            hh[s] @ table[j] + np.log(N / len(negatives)) for j in negatives if j != t
+        ]
+        want = np.log(np.exp(scores).sum()) - scores[0]
+        np.testing.assert_allclose(float(got[s]), want, rtol=1e-5, err_msg=f"position {s}")
+
+
+def test_training_loss_draws_distinct_negatives_from_the_step_key():
+    cfg = dataclasses.replace(CFG, sampled_negatives=7)
+    model = sasrec.SASRec(cfg, N, rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model)
+    rng = np.random.default_rng(0)
+    rows = [sasrec.NextItems(6).map({"items": rng.integers(0, N, n)}) for n in (2, 4, 7, 3)]
+    batch = {k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]}
+    slots = batch["weights"].size
+    key = jax.random.key(3)
+    got, aux = sasrec.loss_fn(params, graphdef, batch, key, slots)
+    negatives = jax.random.choice(
+        jax.random.fold_in(key, sasrec.NEGATIVES_STREAM), N, (7,), replace=False
+    )
+    assert len(set(np.asarray(negatives).tolist())) == 7
+    h = model.hidden(batch["inputs"], key).reshape(-1, cfg.d_model)
+    w = np.asarray(batch["weights"]).reshape(-1)
+    t = np.maximum(np.asarray(batch["targets"]).reshape(-1) - 1, 0)
+    want = np.asarray(model.sampled_nll(h[w], jnp.asarray(t[w]), negatives)).mean()
+    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+    full, _ = sasrec.loss_fn(params, graphdef, batch, None, slots)  # no key: the full softmax
+    assert abs(float(full) - float(got)) > 1e-3
+
+
+def test_sampled_negatives_are_refused_where_they_cannot_apply():
+    with pytest.raises(ValueError, match="sampled_negatives must be >= 0"):
+        dataclasses.replace(CFG, sampled_negatives=-1)
+    args = (_histories(), _histories(1, 5), np.arange(5, dtype=np.int32), N)
+    with pytest.raises(ValueError, match=f"sampled_negatives={N} must be under the catalog's"):
+        sasrec.train_and_evaluate(dataclasses.replace(CFG, sampled_negatives=N), "unused", *args)
+    assert "sampled_negatives" not in keyed_fields(CFG)
+    assert keyed_fields(dataclasses.replace(CFG, sampled_negatives=5))["sampled_negatives"] == 5
