@@ -338,15 +338,16 @@ def bench_config(args: argparse.Namespace, **overrides) -> BenchConfig:
 
 def add_holdout_of_arg(parser: argparse.ArgumentParser) -> None:
     """--holdout-of DIR (repeatable): with --validation, the outside_holdout block also leaves
-    out the users that the leave-one-out retriever in DIR chose its checkpoint on."""
+    out the users that the leave-one-out model in DIR chose its checkpoint on."""
     parser.add_argument(
         "--holdout-of",
         action="append",
         default=[],
         metavar="DIR",
         help="with --validation: the outside_holdout block also leaves out the users that the "
-        "leave-one-out retriever in DIR chose its checkpoint on, so that runs whose holdouts "
-        "differ compare on the same users (repeatable)",
+        "leave-one-out model in DIR (a retriever, or a SASRec or parallel-codes run such as "
+        "WORKDIR/sasrec_loo) chose its checkpoint on, so that runs whose holdouts differ "
+        "compare on the same users (repeatable)",
     )
 
 

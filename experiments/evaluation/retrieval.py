@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -116,16 +117,36 @@ def ensemble_members(
     return members
 
 
+HARNESS_SECTIONS = ("sasrec", "parallel")  # a SASRec-harness run's retriever.json section
+
+
 def chosen_on(dirs: Sequence[Path | str], num_users: int) -> list[np.ndarray]:
     """The validation rows (of TIGER's split, `num_users` of them) on which each of these
-    leave-one-out retrievers chose its checkpoint: its seeded sample of its `seqmodel.eval_users`
-    (data.splits.holdout_rows with its own seed), one array per retriever, for
-    data.splits.outside_holdouts."""
-    rows = []
-    for d in map(Path, dirs):
-        _, seq, _ = read_description(d / MODEL_FILE, "retriever", "train-retriever --split loo")
-        rows.append(holdout_rows(num_users, seq.eval_users, seq.seed))
-    return rows
+    leave-one-out models chose its checkpoint: its seeded sample of its `eval_users`
+    (data.splits.holdout_rows with its own seed), one array per directory, for
+    data.splits.outside_holdouts. A directory holds a retriever, or a run of the SASRec harness
+    (`genret sasrec`'s WORKDIR/sasrec_loo, `genret parallel`'s WORKDIR/parallel_loo)."""
+    return [holdout_rows(num_users, *_holdout_spec(Path(d))) for d in dirs]
+
+
+def _holdout_spec(run_dir: Path) -> tuple[int, int]:
+    """(eval_users, seed) of the leave-one-out model trained in `run_dir`."""
+    path = run_dir / MODEL_FILE
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        info = None
+    section = next((s for s in HARNESS_SECTIONS if isinstance(info, dict) and s in info), None)
+    if section is None:
+        _, seq, _ = read_description(path, "retriever", "train-retriever --split loo")
+        return seq.eval_users, seq.seed
+    fields = info[section]
+    users, seed = (
+        fields.get(k) if isinstance(fields, dict) else None for k in ("eval_users", "seed")
+    )
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (users, seed)) or users < 1:
+        raise ArtifactError(f"{path}: no eval_users and seed in its {section} section; retrain it")
+    return users, seed
 
 
 def _content_inputs(

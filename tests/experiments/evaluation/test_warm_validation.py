@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from data.prepared import load_prepared
 from data.splits import holdout_rows, leave_one_out
@@ -225,3 +226,24 @@ def test_sasrec_validation_can_leave_out_a_retrievers_holdout_too(
         assert len(err) == 1 and named in err[0], err
     assert json.loads(path.read_text()) == both
     assert not (w / "results" / "sasrec.json").exists()
+
+
+def test_holdouts_of_sasrec_harness_runs_are_their_sections_samples(tmp_path: Path):
+    """--holdout-of also takes a SASRec (or parallel-codes) run: its holdout is the seeded
+    sample of its section's eval_users, as its training drew it; a description without them is
+    refused naming the file."""
+    from data.errors import ArtifactError
+    from experiments.evaluation.retrieval import chosen_on
+
+    runs = {"sasrec": (20, 3), "parallel": (7, 1)}
+    for section, (users, seed) in runs.items():
+        (tmp_path / section).mkdir()
+        info = {section: {"eval_users": users, "seed": seed}, "inputs": "x"}
+        (tmp_path / section / "retriever.json").write_text(json.dumps(info))
+    got = chosen_on([tmp_path / "sasrec", tmp_path / "parallel"], 50)
+    np.testing.assert_array_equal(got[0], holdout_rows(50, 20, 3))
+    np.testing.assert_array_equal(got[1], holdout_rows(50, 7, 1))
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "retriever.json").write_text(json.dumps({"sasrec": {"seed": 0}}))
+    with pytest.raises(ArtifactError, match="bad/retriever.json: no eval_users and seed"):
+        chosen_on([tmp_path / "bad"], 50)
