@@ -167,7 +167,8 @@ class SeqModelConfig:
     # many distinct items uniformly (shared by the batch's positions), and a position's loss is
     # the cross-entropy over its target and those items, each drawn item's score raised by
     # log(N / this) so that their exp-sum estimates the catalog's (seqmodel.sasrec.sampled_nll).
-    # The [positions, N] logits are most of a step's work. 0: the full softmax.
+    # 0: the full softmax. At 2,048 on Beauty a step takes 0.74x the full softmax's time, and
+    # SASRec learns less (holdout Recall@10 3.46 against 4.00 after the same 700 steps).
     sampled_negatives: int = 0
     seed: int = 0
     # none: a plain retriever; joint: it also trains the draft head `draft` (its loss added).
