@@ -24,10 +24,15 @@ import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from data.errors import ArtifactError, GenretError
-from data.splits import check_fraction, cold_start_split, validation_split
+from data.splits import check_fraction, cold_start_split, first_times, validation_split
 from data.types import Histories
 from experiments import config as config_lib
-from experiments.evaluation.baselines import content_queries, cosines, recent_items
+from experiments.evaluation.baselines import (
+    content_queries,
+    cosines,
+    places_from_end,
+    recent_items,
+)
 from experiments.evaluation.profile import ContentProfile
 from experiments.pipeline.artifacts import load_dataset
 from experiments.pipeline.layout import RunLayout
@@ -67,8 +72,8 @@ def best_item_cosine(unit, histories, profile, cands) -> np.ndarray:
     """[U, C]: each cold item's best cosine to one of the profile's items, the item j places from
     the end weighted profile.decay**j (`unit`: unit TF-IDF rows, `content_queries`)."""
     rows, items, take = recent_items(histories, profile.recent)
-    age = np.repeat(np.cumsum(take) - 1, take) - np.arange(take.sum())
-    per_item = cosines(unit[items], unit[cands].T) * (profile.decay**age)[:, None]
+    weight = profile.decay ** places_from_end(take)
+    per_item = cosines(unit[items], unit[cands].T) * weight[:, None]
     out = np.full((len(histories), len(cands)), -np.inf)
     np.maximum.at(out, rows, per_item)
     return out
@@ -111,8 +116,7 @@ def learned_term_weights(
     prefix. Its logits over those items are sum_t w_t q_t x_t / tau (q: the prefix's text
     profile, x: the item's unit row), the prefix's own items masked; w = exp(a) and tau are
     learned by Adam on `term_weight_loss`. All weights are 1 at epochs=0."""
-    first = np.full(rows.shape[0], np.iinfo(np.int64).max)
-    np.minimum.at(first, train.items, train.times)
+    first = first_times(train, rows.shape[0])
     seen = np.unique(train.items)
     by_time = seen[np.argsort(first[seen], kind="stable")]
     newest = np.sort(by_time[-max(1, int(NEWEST * len(seen))) :])
@@ -128,11 +132,9 @@ def learned_term_weights(
     V = rows.shape[1]
     if not targets:
         return np.ones(V), []
-    offsets = np.concatenate([[0], np.cumsum([len(p) for p in prefixes])]).astype(np.int64)
-    flat = np.concatenate(prefixes).astype(np.int32)
-    unit, Q = content_queries(
-        rows, Histories(flat, np.zeros(len(flat), np.int64), offsets), profile
-    )
+    pre = Histories.from_lists(prefixes)
+    flat, offsets = pre.items, pre.offsets
+    unit, Q = content_queries(rows, pre, profile)
     Q, XT, y = Q.tocsr(), unit[newest].T.tocsr(), np.asarray(targets)
 
     def loss_at(idx, params):

@@ -42,11 +42,15 @@ def content_queries(
     return unit, query_UE
 
 
+def places_from_end(take: Int[np.ndarray, " U"]) -> Int[np.ndarray, " P"]:
+    """For `recent_items`' flat (row, item) pairs, each item's places from the end of its row's
+    kept items (0: the last item)."""
+    return np.repeat(np.cumsum(take) - 1, take) - np.arange(take.sum())
+
+
 def _profile_weights(rows, take, decay: float, num_rows: int) -> np.ndarray:
     """Each (row, item) pair's weight, decay**(places from the end), each row's summing to 1."""
-    # Places from the end of each history (0: the last item).
-    age = np.repeat(np.cumsum(take) - 1, take) - np.arange(take.sum())
-    weight = decay ** age.astype(np.float64)
+    weight = decay ** places_from_end(take).astype(np.float64)
     return weight / np.bincount(rows, weight, minlength=num_rows)[rows]
 
 

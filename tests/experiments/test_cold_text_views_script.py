@@ -80,12 +80,6 @@ def test_bad_input_is_one_line(tmp_path):
     assert out.returncode == 1 and "FRACTION: expected a fraction in (0, 0.5]" in out.stderr
 
 
-def _histories(seqs) -> Histories:
-    items = np.concatenate(seqs).astype(np.int32)
-    offsets = np.concatenate([[0], np.cumsum([len(q) for q in seqs])]).astype(np.int64)
-    return Histories(items, np.arange(len(items), dtype=np.int64), offsets)
-
-
 def test_best_item_cosine_is_the_best_weighted_cosine():
     rng = np.random.default_rng(0)
     dense = rng.random((12, 30)) * (rng.random((12, 30)) < 0.3)
@@ -94,8 +88,9 @@ def test_best_item_cosine_is_the_best_weighted_cosine():
     seqs = [rng.choice(9, size=n, replace=False) for n in (1, 3, 6)]
     profile = ContentProfile(recent=4, decay=0.7)
     cands = np.array([9, 10, 11])
+    histories = Histories.from_lists(seqs)
     got = views.best_item_cosine(
-        content_queries(rows, _histories(seqs), profile)[0], _histories(seqs), profile, cands
+        content_queries(rows, histories, profile)[0], histories, profile, cands
     )
     unit = dense / np.linalg.norm(dense, axis=1, keepdims=True)
     for u, h in enumerate(seqs):
@@ -128,7 +123,8 @@ def test_learned_term_weights_lower_their_loss_and_start_at_one():
     dense[:, 0] = 0.05
     rows = sp.csr_matrix(dense)
     seqs = [rng.choice(40, size=6, replace=False) for _ in range(60)]
-    train = _histories(seqs)
+    # Times run on across users, so that the newest tenth is a few items, not every user's last.
+    train = Histories.from_lists(seqs, [np.arange(6) + 6 * u for u in range(60)])
     profile = ContentProfile(recent=3, decay=0.85)
     w0, losses0 = views.learned_term_weights(rows, train, profile, epochs=0)
     assert np.array_equal(w0, np.ones(25)) and len(losses0) == 1
