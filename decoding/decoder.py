@@ -18,6 +18,8 @@ PrefillFn = Callable[[PyTree, PyTree], tuple]
 # step_fn(params, codes [B, K], level, cache[, context]) -> (outputs [B, K, V], cache); see
 # `make_decoder`.
 ModelStepFn = Callable[..., tuple[Float[Array, "B K V"], PyTree]]
+# final_fn(params, tokens [B, K, L], *context) -> [B, K]; see `make_decoder`.
+FinalFn = Callable[..., Float[Array, "B K"]]
 # decode(params, inputs, *, constraint=None, scoring=None) -> BeamResult
 DecodeFn = Callable[..., BeamResult]
 Outputs = Literal["logits", "log_probs"]
@@ -38,6 +40,7 @@ def make_decoder(
     scoring: LevelScoring | None = None,
     unroll: bool = True,
     out_sharding: Any = None,
+    final_fn: FinalFn | None = None,
 ) -> DecodeFn:
     """A jitted `decode(params, inputs) -> BeamResult` over your model's two functions.
 
@@ -67,6 +70,9 @@ def make_decoder(
       unroll: False runs the sparse levels in a `lax.fori_loop` (shorter compile for large L).
       out_sharding: optional sharding of the results (e.g. replicated over a mesh, so that
         every host of a multi-host run can read the beams).
+      final_fn: optional `(params, tokens [B, K, L], *context) -> [B, K]`: a score of each
+        finished beam's whole SID (an item-level score), added to the beam's score after the
+        search; the beams are then sorted again (invalid ones stay last, at -inf).
 
     Returns:
       `decode(params, inputs, *, constraint=None, scoring=None)`: one jit-compiled program
@@ -84,7 +90,7 @@ def make_decoder(
             raise ValueError(f"{name} must be an int >= 1, got {n!r}")
     K, L = int(beam_size), int(num_levels)
     program = jax.jit(
-        functools.partial(_decode, prefill_fn, step_fn, outputs, K, L, unroll),
+        functools.partial(_decode, prefill_fn, step_fn, outputs, K, L, unroll, final_fn),
         out_shardings=out_sharding,
     )
     check = None
@@ -153,12 +159,13 @@ def _decode(
     beam_size: int,
     num_levels: int,
     unroll: bool,
+    final_fn: FinalFn | None,
     params: PyTree,
     inputs: PyTree,
     constraint: Constraint,
     scoring: LevelScoring | None,
 ) -> BeamResult:
-    """Prefill, then the beam search over the steps."""
+    """Prefill, then the beam search over the steps (then `final_fn`'s scores, if any)."""
     V = constraint.vocab_size
     out_BV, cache, context = _prefill(prefill_fn, params, inputs)
     if jnp.ndim(out_BV) != 2 or out_BV.shape[1] != V:
@@ -183,7 +190,7 @@ def _decode(
             out_BKV = jax.nn.log_softmax(out_BKV.astype(jnp.float32), axis=-1)
         return out_BKV, cache
 
-    return beam_search(
+    result = beam_search(
         step,
         out_BV,
         cache,
@@ -192,6 +199,21 @@ def _decode(
         num_levels=num_levels,
         unroll=unroll,
         scoring=scoring,
+    )
+    if final_fn is None:
+        return result
+    return rescored(result, final_fn(params, result.tokens, *context))
+
+
+def rescored(result: BeamResult, extra: Float[Array, "B K"]) -> BeamResult:
+    """`result` with `extra` added to its valid beams' scores, sorted again by score (a stable
+    sort: ties keep the search's order; invalid beams stay at -inf, last)."""
+    scores = jnp.where(result.valid, result.scores + extra.astype(result.scores.dtype), -jnp.inf)
+    order = jnp.argsort(-scores, axis=-1, stable=True)
+    return BeamResult(
+        jnp.take_along_axis(result.tokens, order[..., None], axis=1),
+        jnp.take_along_axis(scores, order, axis=1),
+        jnp.take_along_axis(result.valid, order, axis=1),
     )
 
 

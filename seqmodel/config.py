@@ -157,6 +157,15 @@ class SeqModelConfig:
     # 8.61-8.94: the presets leave it off.
     item_contrast: float = 0.0
     item_contrast_logq: bool = False
+    # arch=item only: > 0 adds, with this weight, a softmax over the training catalog's items:
+    # a projection of the backbone's state before each target (the item query) scores every
+    # item by its input vector (its codes' embeddings plus its hashed row, as the backbone reads
+    # it), and the loss is -log of the target's share (seqmodel.train.item_softmax_loss).
+    # Decoding then adds item_softmax_rank times the query's score of each finished beam's item
+    # to the beam's joint log-probability, and ranks the beams again (the item-level score of the
+    # final code). 0: off.
+    item_softmax: float = 0.0
+    item_softmax_rank: float = 1.0
     # arch=item only: > 0 gives level 1's output one learned vector of this width per trie node
     # (code 0, code 1), added to the shared code vectors through a projection of the head's
     # state (seqmodel.item_model); on 256-code SIDs nearly one vector per item. 0: off. At 32
@@ -254,6 +263,18 @@ class SeqModelConfig:
             raise ValueError("seqmodel.item_contrast_logq needs seqmodel.item_contrast > 0")
         if self.item_contrast and self.unlikelihood:
             raise ValueError("seqmodel.item_contrast and seqmodel.unlikelihood: set one of them")
+        if self.item_softmax and self.unlikelihood:
+            raise ValueError("seqmodel.item_softmax and seqmodel.unlikelihood: set one of them")
+        if self.item_softmax < 0 or (self.item_softmax and self.arch != "item"):
+            raise ValueError(
+                "seqmodel.item_softmax must be >= 0, and > 0 only with seqmodel.arch=item, got "
+                f"{self.item_softmax} with arch={self.arch}"
+            )
+        if not self.item_softmax_rank >= 0 or not math.isfinite(self.item_softmax_rank):
+            raise ValueError(
+                "seqmodel.item_softmax_rank must be a finite number >= 0, got "
+                f"{self.item_softmax_rank}"
+            )
         if self.node_head_dim < 0 or (self.node_head_dim and self.arch != "item"):
             raise ValueError(
                 "seqmodel.node_head_dim must be >= 0, and > 0 only with seqmodel.arch=item, got "
@@ -273,8 +294,8 @@ class SeqModelConfig:
 
 def keyed_fields(cfg: SeqModelConfig) -> dict:
     """`cfg` as a dict for the next-item models' and draft heads' fingerprints: without
-    sasrec_teacher or sampled_negatives at its off value, nor sasrec_teacher_weight where it has
-    no effect, which came after their keys."""
+    sasrec_teacher or sampled_negatives at its off value, nor sasrec_teacher_weight or the item
+    softmax's two fields where they have no effect, which came after their keys."""
     fields = dataclasses.asdict(cfg)
     if not fields["sampled_negatives"]:
         del fields["sampled_negatives"]
@@ -282,6 +303,8 @@ def keyed_fields(cfg: SeqModelConfig) -> dict:
         del fields["sasrec_teacher"]
     if fields["sasrec_teacher_weight"] == 1.0 or not cfg.sasrec_teacher:  # no effect
         del fields["sasrec_teacher_weight"]
+    if not fields["item_softmax"]:  # off: neither field has an effect
+        del fields["item_softmax"], fields["item_softmax_rank"]
     return fields
 
 

@@ -31,7 +31,7 @@ from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import ENSEMBLE_RULES, SeqModelConfig
 from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE
 from seqmodel.state import Retriever, abstract_train_state, eval_params
-from seqmodel.tokens import TokenSpace
+from seqmodel.tokens import NUM_SPECIAL, TokenSpace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,16 +59,34 @@ class Retrieval:
         return self.decoder(self.params, tokens, constraint=constraint, scoring=scoring)
 
 
-def _model_fns(graphdef: nnx.GraphDef) -> tuple[Callable, Callable]:
-    """(prefill_fn, step_fn) of `make_decoder` over one retriever's parameters."""
+def _model_fns(
+    graphdef: nnx.GraphDef, item_rank: float = 0.0
+) -> tuple[Callable, Callable, Callable | None]:
+    """(prefill_fn, step_fn, final_fn) of `make_decoder` over one retriever's parameters;
+    final_fn is None unless `item_rank` > 0 (seqmodel.item_softmax_rank: the prefill then also
+    returns the backbone state as the context, and final_fn scores each beam's item by it)."""
 
     def prefill(params, tokens):
-        return nnx.merge(graphdef, params).prefill(tokens)
+        lp, s = nnx.merge(graphdef, params).prefill(tokens)
+        return (lp, s, s) if item_rank else (lp, s)
 
-    def step(params, codes, level, cache):
+    def step(params, codes, level, cache, *context):
         return nnx.merge(graphdef, params).step(codes, level, cache)
 
-    return prefill, step
+    def final(params, codes, state):
+        model = nnx.merge(graphdef, params)
+        V = model.space.codebook_size
+        levels = jnp.arange(codes.shape[-1], dtype=codes.dtype)
+        tokens = NUM_SPECIAL + levels[None, None, :] * V + codes
+        return item_rank * model.item_scores(state, tokens)
+
+    return prefill, step, (final if item_rank else None)
+
+
+def item_rank_of(model: Retriever) -> float:
+    """The weight of the item query's score in the model's beam ranking (seqmodel.item_softmax,
+    item_softmax_rank); 0 for a model without the item softmax."""
+    return model.cfg.item_softmax_rank if getattr(model.cfg, "item_softmax", 0) else 0.0
 
 
 def _ensemble_fns(graphdefs: tuple, rule: str) -> tuple[Callable, Callable]:
@@ -150,6 +168,7 @@ def retrieval_fn(
         beam_size=beam_size,
         scoring=scoring,
         out_sharding=out_sharding,
+        item_rank=item_rank_of(models[0]),
     )
     return Retrieval(decoder, jax.device_put(params))
 
@@ -162,17 +181,23 @@ def retriever_decoder(
     beam_size: int,
     scoring: LevelScoring | None = None,
     out_sharding: Any = None,
+    item_rank: float = 0.0,
 ) -> Callable[..., BeamResult]:
     """The `make_decoder` decoder of one retriever: `decoder(params, tokens [B, T])`, for
-    parameters that change between calls (a training loop's validation)."""
+    parameters that change between calls (a training loop's validation). `item_rank` > 0 (an
+    item-level retriever with seqmodel.item_softmax; `item_rank_of`) adds that multiple of the
+    item query's score to each finished beam's and ranks the beams again."""
+    prefill, step, final = _model_fns(graphdef, item_rank)
     return make_decoder(
-        *_model_fns(graphdef),
+        prefill,
+        step,
         constraint,
         beam_size=beam_size,
         num_levels=num_levels,
         outputs="log_probs",
         scoring=scoring,
         out_sharding=out_sharding,
+        final_fn=final,
     )
 
 

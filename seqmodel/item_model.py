@@ -39,6 +39,9 @@ class ItemDecoder(nnx.Module):
         self.head_norm = RMSNorm(D, rngs=rngs)
         # Small output init: near-uniform code softmaxes at step 0, as in the token-level head.
         self.head = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (L, D, V)))
+        if cfg.item_softmax:
+            # The item query (seqmodel.item_softmax): scores items by their input vectors.
+            self.item_query = nnx.Linear(D, D, use_bias=False, rngs=rngs)
         if cfg.node_head_dim:
             # Level 1's logit of code c under code c0 also gets node_proj(norm(s)) . nodes[c0, c]:
             # zero at init, so the model starts as the one without it.
@@ -149,6 +152,24 @@ class ItemDecoder(nnx.Module):
         """Items' input vectors, the sum of their L codes' embeddings (as `_item_states` reads a
         whole item), from their level-offset token ids."""
         return self.embed(tokens).sum(axis=-2)
+
+    def item_inputs(self, tokens: Int[Array, "N L"]) -> Float[Array, "N D"]:
+        """Whole items' input vectors exactly as `_item_states` reads them: their codes'
+        embeddings plus, with seqmodel.item_embed_buckets, their hashed row."""
+        x = self.item_vectors(tokens)
+        if hasattr(self, "item_embed"):
+            x = x + self.item_embed(self._item_bucket(tokens[None]))[0]
+        return x
+
+    def item_scores(
+        self, s: Float[Array, "B D"], tokens: Int[Array, "B K L"]
+    ) -> Float[Array, "B K"]:
+        """The item query's score of each row's K items (seqmodel.item_softmax): the query of the
+        backbone state `s` dotted with each item's input vector."""
+        B, K, L = tokens.shape
+        o = self.item_inputs(tokens.reshape(B * K, L)).reshape(B, K, -1)
+        q = self.item_query(s)
+        return jnp.einsum("bd,bkd->bk", q.astype(jnp.float32), o.astype(jnp.float32))
 
     def _row_states(self, inputs: Int[Array, "B T"], dropout_key: jax.Array | None) -> jax.Array:
         """The backbone states [B, G, D] of a training row of G whole groups of L tokens."""

@@ -57,7 +57,7 @@ def loss_fn(
     model = nnx.merge(graphdef, params)
     if model.cfg.unlikelihood:
         logits, repeat = model.target_and_repeat_logits(batch["inputs"], dropout_key)
-    elif model.cfg.item_contrast:
+    elif model.cfg.item_contrast or model.cfg.item_softmax:
         logits, states = model.target_logits_and_states(batch["inputs"], dropout_key)
     else:
         logits = model.target_logits(batch["inputs"], dropout_key, batch.get("segments"))
@@ -83,6 +83,10 @@ def loss_fn(
         contrast = item_contrast_loss(model, states, batch["targets"], w, logq)
         loss = loss + model.cfg.item_contrast * contrast
         aux["item_contrast"] = contrast
+    if model.cfg.item_softmax:
+        item_nll = item_softmax_loss(model, states, batch["targets"], w, batch["catalog"])
+        loss = loss + model.cfg.item_softmax * item_nll
+        aux["item_softmax"] = item_nll
     if hasattr(model, "draft"):
         # Joint training (seqmodel.draft_head="joint"): the head's NLL on each row's last item,
         # from a second backbone pass over history + placeholders. Its dropout key is new, so
@@ -139,6 +143,28 @@ def item_contrast_loss(
     return -(own * has).sum() / jnp.maximum(has.sum(), 1.0)
 
 
+def item_softmax_loss(
+    model,
+    states: Float[Array, "B G D"],
+    targets: Int[Array, "B T"],
+    w: Float[Array, "B T"],
+    catalog: Int[Array, "N L"],
+) -> Float[Array, ""]:
+    """Mean over the batch's target items of -log softmax_j(q_i . o_j) at j = i, where q_i is
+    the item query of the backbone state before target item i, o_j the input vector of catalog
+    item j (`ItemDecoder.item_inputs`) and j runs over `catalog`, the level-offset tokens of the
+    training items, each once (seqmodel.item_softmax)."""
+    B, G, D = states.shape
+    L = model.space.num_levels
+    ids = targets.reshape(B * G, L)
+    # Group g has a target item where its first level is a weighted target.
+    has = w.reshape(B * G, L)[:, 0] > 0
+    q = model.item_query(states.reshape(B * G, D)).astype(jnp.float32)
+    own = jnp.einsum("nd,nd->n", q, model.item_inputs(ids).astype(jnp.float32))
+    log_z = jax.nn.logsumexp(q @ model.item_inputs(catalog).astype(jnp.float32).T, axis=-1)
+    return ((log_z - own) * has).sum() / jnp.maximum(has.sum(), 1.0)
+
+
 def teacher_mix(
     ll: Float[Array, "B T"],
     logits: Float[Array, "B T V"],
@@ -185,6 +211,7 @@ def train_step(
     batch: dict,
     total_steps: jax.Array | None = None,
     teacher_params: tuple[nnx.State, ...] | None = None,
+    catalog: jax.Array | None = None,
     *,
     teacher_graphdefs: tuple[nnx.GraphDef, ...] = (),
 ) -> tuple[TrainState, dict]:
@@ -194,7 +221,10 @@ def train_step(
     make_optimizer: passed with the seed as arguments (`step_arguments`), they leave one compiled
     program for every run of the same shapes, whatever its seed and length. `teacher_params`
     (with their `teacher_graphdefs`): frozen retrievers of one architecture, the mean of whose
-    teacher-forced distributions on the batch the loss distils (seqmodel.self_distill)."""
+    teacher-forced distributions on the batch the loss distils (seqmodel.self_distill).
+    `catalog`: the training items' level-offset tokens [N, L], for seqmodel.item_softmax."""
+    if catalog is not None:
+        batch = {**batch, "catalog": catalog}
     if teacher_params is not None:
         t_logits = mean_distribution(
             [
@@ -233,18 +263,22 @@ def make_trainer(
     total_steps: int,
     mesh: Mesh,
     teachers: list[Retriever] | None = None,
+    catalog: np.ndarray | None = None,
 ) -> Trainer:
     """The retriever's `Trainer` over `train_step`. Seed and schedule length are arguments of the
     program, not constants: retrievers that differ only in them (ensemble seeds; a pipeline's
     cold-start and leave-one-out runs) share its compilation, through JAX's persistent cache
     across processes. Same floats either way (the seed is exact integer arithmetic;
     seqmodel.state.traced_warmup_cosine for the length).
-    The `teachers` (seqmodel.self_distill) are arguments too: their parameters, frozen."""
+    The `teachers` (seqmodel.self_distill) are arguments too: their parameters, frozen; and so
+    is the `catalog` of seqmodel.item_softmax."""
     step, extra = train_step, {}
     if teachers:
         graphdefs, params = zip(*(nnx.split(t) for t in teachers), strict=True)
         step = functools.partial(train_step, teacher_graphdefs=graphdefs)
         extra = {"teacher_params": params}
+    if catalog is not None:
+        extra["catalog"] = jax.device_put(catalog, sharding.replicated(mesh))
     args = step_arguments(seed, total_steps)
     if args is None:
         return Trainer(step, graphdef, tx, seed, mesh=mesh, args=extra)
@@ -399,7 +433,9 @@ def train_and_evaluate(
     total = cfg.max_steps or cfg.num_epochs * steps_per_epoch
 
     graphdef, tx, state = new_train_state(cfg, space, total)
-    trainer = make_trainer(graphdef, tx, cfg.seed, total, mesh, teachers)
+    # seqmodel.item_softmax's catalog: the items the training split may target, each once.
+    catalog = item_tokens[np.flatnonzero(data.allowed)] if cfg.item_softmax else None
+    trainer = make_trainer(graphdef, tx, cfg.seed, total, mesh, teachers, catalog)
     run = Run(
         workdir,
         MODEL_FILE,
@@ -429,6 +465,7 @@ def train_and_evaluate(
         constraint,
         beam_size=cfg.eval_beam_size,
         out_sharding=sharding.replicated(mesh),
+        item_rank=cfg.item_softmax_rank if cfg.item_softmax else 0.0,
     )
 
     valid_tokens = encode_histories(item_tokens, data.valid_histories, cfg.max_history)
@@ -469,9 +506,11 @@ def train_and_evaluate(
 
 
 def _host_row(m: dict) -> dict:
-    """A step's metrics row: loss, gradient norm, its non-PAD tokens (for throughput) and the
-    joint draft head's NLL."""
+    """A step's metrics row: loss, gradient norm, its non-PAD tokens (for throughput), the
+    joint draft head's NLL and the item softmax's (seqmodel.item_softmax)."""
     row = {"loss": float(m["loss"]), "grad_norm": float(m["grad_norm"]), "tokens": int(m["tokens"])}
     if "draft_nll_sum" in m:
         row["draft_nll"] = float(m["draft_nll_sum"]) / max(float(m["draft_count"]), 1.0)
+    if "item_softmax" in m:
+        row["item_softmax"] = float(m["item_softmax"])
     return row

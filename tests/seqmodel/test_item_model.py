@@ -295,3 +295,103 @@ def test_target_log_shares_count_every_history_item_after_the_first():
     h = Histories.from_lists([[0, 1, 2], [2], [1, 2]])
     counts = np.array([0, 1, 2, 0]) + 1.0
     np.testing.assert_allclose(np.exp(target_log_shares(h, 4)), counts / counts.sum(), rtol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def softmax_model(tiny_cfg, space):
+    """An item-level retriever with the item softmax and a hashed item embedding (few rows, so
+    that items collide), its item query and hashed rows random rather than near zero."""
+    cfg = dataclasses.replace(
+        tiny_cfg, arch="item", item_embed_buckets=7, item_softmax=0.6, item_softmax_rank=0.8
+    )
+    return nnx.jit(lambda: ItemDecoder(cfg, space, rngs=nnx.Rngs(0)))()
+
+
+def test_item_softmax_is_a_softmax_over_the_catalog(softmax_model, tiny_cfg):
+    """seqmodel.item_softmax adds its weight times the mean over target items of -log softmax
+    over the catalog of query . input vector, computed here by brute force from the model's own
+    states, query kernel, code embeddings and hashed rows."""
+    from seqmodel.train import loss_fn
+
+    model = softmax_model
+    tok = _tokens()
+    rows = [np.array([3, 1, 4, 5]), np.array([7, 1])]
+    exs = [TokenizeExample(tok, tiny_cfg.max_history, "causal").map({"items": r}) for r in rows]
+    batch = {
+        k: jnp.asarray(np.stack([e[k] for e in exs])) for k in ("inputs", "targets", "weights")
+    }
+    catalog = tok[[0, 1, 3, 4, 5, 7, 9]]  # every target, and some items never targeted
+    graphdef, params = nnx.split(model)
+    loss, aux = loss_fn(params, graphdef, {**batch, "catalog": jnp.asarray(catalog)}, None)
+    _, states = model.target_logits_and_states(batch["inputs"])
+    emb = np.asarray(model.embed.embedding[...])
+    rows_h = np.asarray(model.item_embed.embedding[...])
+    buckets = np.asarray(model._item_bucket(jnp.asarray(tok)[None]))[0]
+    vec = emb[tok].sum(axis=1) + rows_h[buckets]  # [items, D]
+    kernel = np.asarray(model.item_query.kernel[...])
+    terms = []
+    for r, g, item in [(0, 1, 1), (0, 2, 4), (0, 3, 5), (1, 3, 1)]:  # as in item_contrast's test
+        q = np.asarray(states[r, g]) @ kernel
+        scores = np.array([q @ vec[j] for j in [0, 1, 3, 4, 5, 7, 9]])
+        log_z = np.log(np.exp(scores - scores.max()).sum()) + scores.max()
+        terms.append(log_z - q @ vec[item])
+    assert float(aux["item_softmax"]) == pytest.approx(np.mean(terms), rel=1e-4)
+    plain = dataclasses.replace(model.cfg, item_softmax=0.0)
+    without = nnx.merge(graphdef, params)
+    without.cfg = plain
+    g2, p2 = nnx.split(without)
+    assert float(loss) - float(loss_fn(p2, g2, batch, None)[0]) == pytest.approx(
+        0.6 * np.mean(terms), rel=1e-4
+    )
+    with pytest.raises(ValueError, match="item_softmax"):
+        dataclasses.replace(tiny_cfg, item_softmax=0.5)  # the token-level model has no item query
+    with pytest.raises(ValueError, match="one of them"):
+        dataclasses.replace(tiny_cfg, arch="item", item_softmax=0.5, unlikelihood=0.5)
+    with pytest.raises(ValueError, match="item_softmax_rank"):
+        dataclasses.replace(tiny_cfg, arch="item", item_softmax_rank=-1.0)
+
+
+def test_item_rank_adds_the_query_score_and_ranks_the_beams_again(softmax_model, space):
+    """With seqmodel.item_softmax, decoding finds the same K beams as the plain joint
+    log-probability, each scored by its joint log-probability plus item_softmax_rank times the
+    query's score of its item (by brute force), sorted by that."""
+    from decoding import StaticConstraint, StaticIndex
+    from seqmodel.inference import item_rank_of, retrieval_fn, retriever_decoder
+
+    model = softmax_model
+    sids = random_unique_sids(40, L, V, 3)
+    tok = sid_tokens(sids, V)
+    c = StaticConstraint(StaticIndex.build(sids, vocab_size=V))
+    hist = jnp.asarray(
+        np.stack([encode_history(tok, np.array(h), 4) for h in ([3, 1, 4], [7, 2, 9, 5], [0])])
+    )
+    assert item_rank_of(model) == 0.8
+    ranked = retrieval_fn(model, c, beam_size=6)(hist)
+    graphdef, params = nnx.split(model)
+    plain = retriever_decoder(graphdef, L, c, beam_size=6)(params, hist)
+    _, s = model.prefill(hist)
+    kernel = np.asarray(model.item_query.kernel[...])
+    vec = np.asarray(model.item_inputs(jnp.asarray(tok)))
+    row_of = {tuple(r): i for i, r in enumerate(sids)}
+    for b in range(hist.shape[0]):
+        q = np.asarray(s[b]) @ kernel
+        want = {
+            tuple(t): float(sc) + 0.8 * float(q @ vec[row_of[tuple(t)]])
+            for t, sc in zip(np.asarray(plain.tokens[b]), np.asarray(plain.scores[b]), strict=True)
+        }
+        got = [tuple(t) for t in np.asarray(ranked.tokens[b])]
+        assert set(got) == set(want)
+        np.testing.assert_allclose(ranked.scores[b], [want[t] for t in got], rtol=1e-5)
+        assert np.all(np.diff(np.asarray(ranked.scores[b])) <= 0)
+    assert not np.array_equal(ranked.tokens, plain.tokens)  # the query's scores reorder
+
+
+def test_item_softmax_trains_resumes_and_decodes(tmp_path):
+    cfg = dataclasses.replace(
+        CFG, arch="item", layout="bucketed", item_embed_buckets=7, item_softmax=0.5
+    )
+    run = assert_resumes_exactly(cfg, tmp_path, _data(cfg=cfg))
+    rows = run.logged
+    assert all(np.isfinite(r["item_softmax"]) for r in rows if "item_softmax" in r)
+    assert any("item_softmax" in r for r in rows)
+    assert any("valid_recall@4" in r for r in rows)
