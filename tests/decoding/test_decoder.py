@@ -260,3 +260,23 @@ def test_out_sharding_places_the_beams():
     decode = _decoder(prefill_log_probs, step_log_probs, "log_probs", out_sharding=sharding)
     res = decode(_params(0), HISTORY)
     assert res.tokens.sharding == sharding and res.scores.sharding == sharding
+
+
+def test_rescored_adds_the_final_scores_and_sorts_valid_beams_first():
+    """`rescored` (make_decoder's final_fn): valid beams get the extra score and are sorted by
+    the sum, ties in the search's order; invalid beams keep -inf and stay last."""
+    from decoding.beam_search import BeamResult
+    from decoding.decoder import rescored
+
+    tokens = jnp.arange(2 * 4 * 2).reshape(2, 4, 2)
+    scores = jnp.array([[-1.0, -2.0, -3.0, -jnp.inf], [-1.0, -1.5, -jnp.inf, -jnp.inf]])
+    valid = scores > -jnp.inf
+    extra = jnp.array([[0.0, 1.5, 2.0, 9.0], [0.5, 0.0, 9.0, 9.0]])
+    out = rescored(BeamResult(tokens, scores, valid), extra)
+    # -1 + 0, -2 + 1.5, -3 + 2: beam 1 first, then 0 and 2 tied in the search's order.
+    np.testing.assert_array_equal(out.scores[0], [-0.5, -1.0, -1.0, -jnp.inf])
+    np.testing.assert_array_equal(out.tokens[0], np.asarray(tokens[0])[[1, 0, 2, 3]])
+    np.testing.assert_array_equal(out.valid[0], [True, True, True, False])
+    np.testing.assert_array_equal(out.scores[1], [-0.5, -1.5, -jnp.inf, -jnp.inf])
+    np.testing.assert_array_equal(out.tokens[1], np.asarray(tokens[1]))
+    np.testing.assert_array_equal(out.valid[1], [True, True, False, False])
