@@ -83,10 +83,10 @@ def _model_fns(
     return prefill, step, (final if item_rank else None)
 
 
-def item_rank_of(model: Retriever) -> float:
-    """The weight of the item query's score in the model's beam ranking (seqmodel.item_softmax,
-    item_softmax_rank); 0 for a model without the item softmax."""
-    return model.cfg.item_softmax_rank if getattr(model.cfg, "item_softmax", 0) else 0.0
+def item_rank_of(cfg: SeqModelConfig) -> float:
+    """The weight of the item query's score in a retriever's beam ranking (seqmodel.item_softmax,
+    item_softmax_rank); 0 for a retriever without the item softmax."""
+    return cfg.item_softmax_rank if cfg.item_softmax else 0.0
 
 
 def _ensemble_fns(graphdefs: tuple, rule: str) -> tuple[Callable, Callable]:
@@ -168,7 +168,7 @@ def retrieval_fn(
         beam_size=beam_size,
         scoring=scoring,
         out_sharding=out_sharding,
-        item_rank=item_rank_of(models[0]),
+        item_rank=item_rank_of(models[0].cfg),
     )
     return Retrieval(decoder, jax.device_put(params))
 

@@ -33,7 +33,12 @@ from seqmodel.config import SeqModelConfig, identity_fields
 from seqmodel.cooc_teacher import CoocTeacher
 from seqmodel.draft import draft_nll
 from seqmodel.files import MODEL_FILE, SUMMARY_FILE
-from seqmodel.inference import load_described_retriever, recall_at_k, retriever_decoder
+from seqmodel.inference import (
+    item_rank_of,
+    load_described_retriever,
+    recall_at_k,
+    retriever_decoder,
+)
 from seqmodel.model import token_log_likelihood
 from seqmodel.sasrec_teacher import NextItemTopK, SasrecTeacher, check_histories
 from seqmodel.state import Retriever, TrainState, eval_params, new_train_state
@@ -465,7 +470,7 @@ def train_and_evaluate(
         constraint,
         beam_size=cfg.eval_beam_size,
         out_sharding=sharding.replicated(mesh),
-        item_rank=cfg.item_softmax_rank if cfg.item_softmax else 0.0,
+        item_rank=item_rank_of(cfg),
     )
 
     valid_tokens = encode_histories(item_tokens, data.valid_histories, cfg.max_history)

@@ -365,7 +365,7 @@ def test_item_rank_adds_the_query_score_and_ranks_the_beams_again(softmax_model,
     hist = jnp.asarray(
         np.stack([encode_history(tok, np.array(h), 4) for h in ([3, 1, 4], [7, 2, 9, 5], [0])])
     )
-    assert item_rank_of(model) == 0.8
+    assert item_rank_of(model.cfg) == 0.8
     ranked = retrieval_fn(model, c, beam_size=6)(hist)
     graphdef, params = nnx.split(model)
     plain = retriever_decoder(graphdef, L, c, beam_size=6)(params, hist)
