@@ -163,7 +163,9 @@ class SeqModelConfig:
     # it), and the loss is -log of the target's share (seqmodel.train.item_softmax_loss).
     # Decoding then adds item_softmax_rank times the query's score of each finished beam's item
     # to the beam's joint log-probability, and ranks the beams again (the item-level score of the
-    # final code). 0: off.
+    # final code). 0: off. At 0.5 (rank weight 1) it lowers one SASRec-taught retriever's Beauty
+    # validation R@5 / N@5 / R@10 / N@10 from 6.83 / 4.67 / 10.23 / 5.76 to 6.22 / 4.17 / 9.67 /
+    # 5.29 at 1.7x the training loop: the presets leave it off.
     item_softmax: float = 0.0
     item_softmax_rank: float = 1.0
     # arch=item only: > 0 gives level 1's output one learned vector of this width per trie node
