@@ -11,11 +11,13 @@ Usage: python docs/scripts/exact_ranking.py WORKDIR [--holdout-of DIR ...] [--ma
 """
 
 import argparse
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from data.errors import GenretError
 from data.splits import leave_one_out, outside_holdouts
 from decoding import StaticConstraint, StaticIndex
 from experiments.config import load_json
@@ -120,4 +122,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except GenretError as e:  # bad input: one line, no traceback
+        sys.exit(f"exact_ranking: {e}")
