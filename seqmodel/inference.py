@@ -31,7 +31,7 @@ from seqmodel.checkpoint import Checkpoints
 from seqmodel.config import ENSEMBLE_RULES, SeqModelConfig
 from seqmodel.files import CHECKPOINTS_DIR, MODEL_FILE
 from seqmodel.state import Retriever, abstract_train_state, eval_params
-from seqmodel.tokens import NUM_SPECIAL, TokenSpace
+from seqmodel.tokens import TokenSpace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,11 +74,7 @@ def _model_fns(
         return nnx.merge(graphdef, params).step(codes, level, cache)
 
     def final(params, codes, state):
-        model = nnx.merge(graphdef, params)
-        V = model.space.codebook_size
-        levels = jnp.arange(codes.shape[-1], dtype=codes.dtype)
-        tokens = NUM_SPECIAL + levels[None, None, :] * V + codes
-        return item_rank * model.item_scores(state, tokens)
+        return item_rank * nnx.merge(graphdef, params).item_scores(state, codes)
 
     return prefill, step, (final if item_rank else None)
 

@@ -14,12 +14,12 @@ beam search's cache is the GRU state [B, D] instead of a KV cache.
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from seqmodel.config import SeqModelConfig
 from seqmodel.draft import Transition
 from seqmodel.model import DecoderBlock, RMSNorm, run_blocks
-from seqmodel.tokens import NUM_SPECIAL, PAD, TokenSpace
+from seqmodel.tokens import PAD, TokenSpace, level_tokens
 
 
 class ItemDecoder(nnx.Module):
@@ -58,9 +58,7 @@ class ItemDecoder(nnx.Module):
         """
         windows = self._windows(tokens)
         real = windows != PAD
-        x = (self.embed(windows) * real[..., None]).sum(axis=2)
-        if hasattr(self, "item_embed"):
-            x = x + self.item_embed(self._item_bucket(windows)) * real.all(-1)[..., None]
+        x = self.item_inputs(windows, real)
         # A group is real where its last token is (BOS or an item's last code).
         return self.norm(run_blocks(self.blocks, x, real[:, :, -1], dropout_key))
 
@@ -72,13 +70,12 @@ class ItemDecoder(nnx.Module):
         windows = jnp.concatenate([jnp.full((B, L - 1), PAD, tokens.dtype), tokens], axis=1)
         return windows[:, : G * L].reshape(B, G, L)
 
-    def _item_bucket(self, windows: Int[Array, "B G L"]) -> Int[Array, "B G"]:
-        """Row of each group's item in `item_embed`: a multiplicative hash of the SID read as one
-        mixed-radix integer (uint32 arithmetic wraps; BOS and padding groups give some row that
+    def _item_bucket(self, windows: Int[Array, "*B L"]) -> Int[Array, "*B"]:
+        """Row of each window's item in `item_embed`: a multiplicative hash of the SID read as one
+        mixed-radix integer (uint32 arithmetic wraps; BOS and padding windows give some row that
         the caller masks out)."""
         V = self.space.codebook_size
-        level_offsets = (NUM_SPECIAL + V * jnp.arange(windows.shape[-1]))[None, None, :]
-        codes = jnp.clip(windows - level_offsets, 0, V - 1).astype(jnp.uint32)
+        codes = jnp.clip(self._raw(windows, _levels_of(windows)), 0, V - 1).astype(jnp.uint32)
         key = jnp.zeros(windows.shape[:-1], jnp.uint32)
         for level in range(windows.shape[-1]):
             key = key * jnp.uint32(V) + codes[..., level]
@@ -109,7 +106,7 @@ class ItemDecoder(nnx.Module):
 
     def _raw(self, tokens: jax.Array, level) -> jax.Array:
         """Raw codes of level-offset token ids of `level` (BOS and padding give some code)."""
-        return tokens - NUM_SPECIAL - level * self.space.codebook_size
+        return tokens - level_tokens(0, level, self.space.codebook_size)
 
     def _next(self, level, tokens: jax.Array, s: jax.Array) -> jax.Array:
         """s_{level+1} from the level-offset token id of the code chosen at `level`."""
@@ -153,21 +150,28 @@ class ItemDecoder(nnx.Module):
         whole item), from their level-offset token ids."""
         return self.embed(tokens).sum(axis=-2)
 
-    def item_inputs(self, tokens: Int[Array, "N L"]) -> Float[Array, "N D"]:
-        """Whole items' input vectors exactly as `_item_states` reads them: their codes'
-        embeddings plus, with seqmodel.item_embed_buckets, their hashed row."""
-        x = self.item_vectors(tokens)
+    def item_inputs(
+        self, tokens: Int[Array, "*B L"], real: Bool[Array, "*B L"] | None = None
+    ) -> Float[Array, "*B D"]:
+        """The backbone's input vector of each window of L level-offset tokens: the embeddings of
+        its `real` tokens (all by default: whole items) plus, with seqmodel.item_embed_buckets and
+        all L real, its item's hashed row."""
+        if real is None:
+            x = self.item_vectors(tokens)
+        else:
+            x = (self.embed(tokens) * real[..., None]).sum(axis=-2)
         if hasattr(self, "item_embed"):
-            x = x + self.item_embed(self._item_bucket(tokens[None]))[0]
+            row = self.item_embed(self._item_bucket(tokens))
+            x = x + (row if real is None else row * real.all(-1)[..., None])
         return x
 
     def item_scores(
-        self, s: Float[Array, "B D"], tokens: Int[Array, "B K L"]
+        self, s: Float[Array, "B D"], codes: Int[Array, "B K L"]
     ) -> Float[Array, "B K"]:
-        """The item query's score of each row's K items (seqmodel.item_softmax): the query of the
-        backbone state `s` dotted with each item's input vector."""
-        B, K, L = tokens.shape
-        o = self.item_inputs(tokens.reshape(B * K, L)).reshape(B, K, -1)
+        """The item query's score of each row's K items, given by their raw codes
+        (seqmodel.item_softmax): the query of the backbone state `s` dotted with each item's
+        input vector."""
+        o = self.item_inputs(level_tokens(codes, _levels_of(codes), self.space.codebook_size))
         q = self.item_query(s)
         return jnp.einsum("bd,bkd->bk", q.astype(jnp.float32), o.astype(jnp.float32))
 
@@ -224,7 +228,7 @@ class ItemDecoder(nnx.Module):
         self, codes: Int[Array, "B K"], level: int | Int[Array, ""], s: Float[Array, "B K D"]
     ) -> tuple[Float[Array, "B K V"], jax.Array]:
         """Feeds the codes chosen at `level - 1`; returns log-probs over level `level`'s codes."""
-        tokens = NUM_SPECIAL + (level - 1) * self.space.codebook_size + codes
+        tokens = level_tokens(codes, level - 1, self.space.codebook_size)
         s = self._next(level - 1, tokens, s)
         return jax.nn.log_softmax(self._level_logits(level, s, codes), axis=-1), s
 
@@ -233,3 +237,8 @@ class ItemDecoder(nnx.Module):
             "NEZHA draft heads need the token-level retriever (seqmodel.arch=token); the "
             "item-level retriever (seqmodel.arch=item) already decodes in its own head"
         )
+
+
+def _levels_of(x: Int[Array, "*B L"]) -> Int[Array, "..."]:
+    """0 .. L-1 shaped to broadcast along the last (level) axis of `x`."""
+    return jnp.arange(x.shape[-1], dtype=x.dtype).reshape((1,) * (x.ndim - 1) + (-1,))

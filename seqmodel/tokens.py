@@ -50,8 +50,13 @@ def sid_tokens(sids: Int[np.ndarray, "N L"], codebook_size: int) -> Int[np.ndarr
         raise ValueError(
             f"sids: codes must be in [0, {codebook_size}), got [{sids.min()}, {sids.max()}]"
         )
-    offsets = NUM_SPECIAL + codebook_size * np.arange(sids.shape[1])
-    return (sids + offsets[None, :]).astype(np.int32)
+    return level_tokens(sids, np.arange(sids.shape[1]), codebook_size).astype(np.int32)
+
+
+def level_tokens(codes, level, codebook_size: int):
+    """Level-offset token ids of raw `codes` at `level` (broadcast; NumPy or JAX arrays, or a
+    traced level); raw codes are tokens minus level_tokens(0, level, codebook_size)."""
+    return NUM_SPECIAL + level * codebook_size + codes
 
 
 def encode_history(
