@@ -25,18 +25,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+# The sibling script (this directory is on the path of a script run from it).
+from cold_text_views import load_cold_text, recalls, standardized
 from flax import nnx
 from sklearn.decomposition import TruncatedSVD
 
-from data.errors import ArtifactError, GenretError
-from data.splits import check_fraction, cold_start_split, validation_split
+from data.errors import GenretError
 from data.types import Histories
 from experiments import config as config_lib
 from experiments.evaluation.baselines import content_queries, cosines
-from experiments.evaluation.profile import ContentProfile
-from experiments.pipeline.artifacts import load_dataset
-from experiments.pipeline.layout import RunLayout
-from rqvae.embed import tfidf_rows
 from seqmodel.model import DecoderBlock, RMSNorm
 from seqmodel.sasrec import item_states
 
@@ -96,17 +94,6 @@ def length_batches(lengths: np.ndarray, batch: int, rng: np.random.Generator) ->
     return [out[i] for i in rng.permutation(len(out))]
 
 
-def recalls(scores: np.ndarray, cands: np.ndarray, targets: np.ndarray) -> str:
-    """Recall@1 / Recall@10 (%) of each row's top cold items; ties go to the lower column."""
-    top = np.argsort(-scores, axis=1, kind="stable")[:, :10]
-    hit = cands[top] == targets[:, None]
-    return f"{100 * hit[:, 0].mean():.2f} / {100 * hit.any(axis=1).mean():.2f}"
-
-
-def standardized(s: np.ndarray) -> np.ndarray:
-    return (s - s.mean(axis=1, keepdims=True)) / (s.std(axis=1, keepdims=True) + 1e-9)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("workdir")
@@ -126,18 +113,8 @@ def main() -> None:
         help="add an id embedding to each history item's input (scores stay text only)",
     )
     args = ap.parse_args()
-    fraction = check_fraction(args.fraction, "FRACTION")
-    layout = RunLayout(args.workdir)
-    cfg = config_lib.load_json(
-        layout.require(layout.config, f"genret prepare --workdir {layout.root}")
-    )
-    ds = load_dataset(layout)
-    split = (cold_start_split if args.test else validation_split)(ds, fraction)
-    profile = ContentProfile.of(cfg.eval)
-    texts = [t or "" for t in ds.catalog.texts]
-    rows = tfidf_rows(texts, cfg.rqvae, cache_dir=layout.embeddings)
-    if rows is None:
-        raise ArtifactError(f"{layout.prepared}: no item text has a word TF-IDF keeps")
+    data = load_cold_text(args.workdir, args.fraction, args.test)
+    split, profile, texts, rows = data.split, data.profile, data.texts, data.rows
     cands, targets, histories = split.cold_items, split.test_targets, split.test_histories
     unit, queries = content_queries(rows, histories, profile)
     neighbour = cosines(queries, unit[cands].T)

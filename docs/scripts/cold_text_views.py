@@ -24,7 +24,13 @@ import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from data.errors import ArtifactError, GenretError
-from data.splits import check_fraction, cold_start_split, first_times, validation_split
+from data.splits import (
+    ColdStartSplit,
+    check_fraction,
+    cold_start_split,
+    first_times,
+    validation_split,
+)
 from data.types import Histories
 from experiments import config as config_lib
 from experiments.evaluation.baselines import (
@@ -163,6 +169,35 @@ def learned_term_weights(
     return np.exp(params[:V]), losses
 
 
+@dataclasses.dataclass(frozen=True)
+class ColdText:
+    """A prepared work directory's cold-start split and the item text it is ranked by."""
+
+    cfg: config_lib.Config
+    layout: RunLayout
+    split: ColdStartSplit
+    profile: ContentProfile  # the config's user text profile (eval.cold_content_*)
+    texts: list[str]
+    rows: sp.spmatrix  # the preset's TF-IDF rows (rqvae.embed.tfidf_rows)
+
+
+def load_cold_text(workdir: str, fraction: float, test: bool) -> ColdText:
+    """The cold-val split of `workdir` at `fraction` (`test`: the test split) and its text; bad
+    input raises a GenretError that names the argument or artifact."""
+    fraction = check_fraction(fraction, "FRACTION")
+    layout = RunLayout(workdir)
+    cfg = config_lib.load_json(
+        layout.require(layout.config, f"genret prepare --workdir {layout.root}")
+    )
+    ds = load_dataset(layout)
+    split = (cold_start_split if test else validation_split)(ds, fraction)
+    texts = [t or "" for t in ds.catalog.texts]
+    rows = tfidf_rows(texts, cfg.rqvae, cache_dir=layout.embeddings)
+    if rows is None:
+        raise ArtifactError(f"{layout.prepared}: no item text has a word TF-IDF keeps")
+    return ColdText(cfg, layout, split, ContentProfile.of(cfg.eval), texts, rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("workdir")
@@ -170,15 +205,15 @@ def main() -> None:
     ap.add_argument("--test", action="store_true", help="the test split (default: cold-val)")
     ap.add_argument("--minilm", action="store_true", help="add MiniLM (the `embed` extra)")
     args = ap.parse_args()
-    fraction = check_fraction(args.fraction, "FRACTION")
-    layout = RunLayout(args.workdir)
-    cfg = config_lib.load_json(
-        layout.require(layout.config, f"genret prepare --workdir {layout.root}")
+    data = load_cold_text(args.workdir, args.fraction, args.test)
+    cfg, layout, split, profile, texts = (
+        data.cfg,
+        data.layout,
+        data.split,
+        data.profile,
+        data.texts,
     )
-    ds = load_dataset(layout)
-    split = (cold_start_split if args.test else validation_split)(ds, fraction)
-    profile = ContentProfile.of(cfg.eval)
-    texts = [t or "" for t in ds.catalog.texts]
+    preset_rows = data.rows
     cands, targets = split.cold_items, split.test_targets
     histories = split.test_histories
 
@@ -186,9 +221,6 @@ def main() -> None:
         unit, queries = content_queries(x, histories, profile)
         return cosines(queries, unit[cands].T)
 
-    preset_rows = tfidf_rows(texts, cfg.rqvae, cache_dir=layout.embeddings)
-    if preset_rows is None:
-        raise ArtifactError(f"{layout.prepared}: no item text has a word TF-IDF keeps")
     unit, queries = content_queries(preset_rows, histories, profile)
     to_cold = cosines(unit, unit[cands].T)  # [N, C]: every item's cosine to each cold item
     scores = {PRESET: cosines(queries, unit[cands].T)}

@@ -1,6 +1,6 @@
 """Shared by the experiments tests: a prepared tiny work directory, a layout whose stages can be
-keyed, the docs scripts run as users run them, and the wait for a training process's first
-checkpoint."""
+keyed, the docs scripts run as users run them, the harness's content neighbour on a cold-val
+split, and the wait for a training process's first checkpoint."""
 
 import subprocess
 import sys
@@ -53,3 +53,29 @@ def wait_for_checkpoint(checkpoints: Path, still_running: Callable[[], None], li
         still_running()
         time.sleep(0.01)
     raise AssertionError(f"{checkpoints}: no checkpoint within {limit_s:.0f} s")
+
+
+def cold_val_neighbour(workdir: Path, fraction: float) -> str:
+    """ "R@1 / R@10" (%) of the harness's content neighbour on the cold-val split of a prepared
+    `workdir`, as the cold-start docs scripts print it."""
+    from data.splits import validation_split
+    from experiments import config as config_lib
+    from experiments.evaluation.baselines import content_metrics
+    from experiments.evaluation.profile import ContentProfile
+    from experiments.pipeline.artifacts import load_dataset
+    from experiments.pipeline.layout import RunLayout
+    from rqvae.embed import tfidf_rows
+
+    layout = RunLayout(workdir)
+    cfg = config_lib.load_json(layout.config)
+    ds = load_dataset(layout)
+    split = validation_split(ds, fraction)
+    want = content_metrics(
+        tfidf_rows(list(ds.catalog.texts), cfg.rqvae),
+        split.test_histories,
+        split.test_targets,
+        split.cold_items,
+        k=10,
+        profile=ContentProfile.of(cfg.eval),
+    )
+    return f"{100 * want['recall@1']:.2f} / {100 * want['recall@10']:.2f}"

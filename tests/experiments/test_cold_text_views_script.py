@@ -8,15 +8,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from data.splits import validation_split
 from data.types import Histories
-from experiments import config as config_lib
-from experiments.evaluation.baselines import content_metrics, content_queries
+from experiments.evaluation.baselines import content_queries
 from experiments.evaluation.profile import ContentProfile
-from experiments.pipeline.artifacts import load_dataset
-from experiments.pipeline.layout import RunLayout
-from rqvae.embed import tfidf_rows
-from tests.experiments.helpers import ROOT, prepare_tiny, run_docs_script
+from tests.experiments.helpers import ROOT, cold_val_neighbour, prepare_tiny, run_docs_script
 
 _spec = importlib.util.spec_from_file_location(
     "cold_text_views", ROOT / "docs" / "scripts" / "cold_text_views.py"
@@ -52,21 +47,7 @@ def test_preset_row_is_the_harness_neighbour(tmp_path):
             if cell:
                 r1, r10 = (float(x) for x in cell.split(" / "))
                 assert 0 <= r1 <= r10 <= 100, (name, cell)
-    layout = RunLayout(w)
-    cfg = config_lib.load_json(layout.config)
-    ds = load_dataset(layout)
-    split = validation_split(ds, 0.1)
-    want = content_metrics(
-        tfidf_rows(list(ds.catalog.texts), cfg.rqvae),
-        split.test_histories,
-        split.test_targets,
-        split.cold_items,
-        k=10,
-        profile=ContentProfile.of(cfg.eval),
-    )
-    assert rows["the preset's TF-IDF"][0] == (
-        f"{100 * want['recall@1']:.2f} / {100 * want['recall@10']:.2f}"
-    )
+    assert rows["the preset's TF-IDF"][0] == cold_val_neighbour(w, 0.1)
 
 
 def test_bad_input_is_one_line(tmp_path):
