@@ -8,12 +8,16 @@ scores every item by its dot product with the item's vector (tied input and outp
 It trains on the split's training histories by a softmax over the items they hold (no cold item
 is ever a target or a negative), so a cold item is scored only through its text. With
 `--id-inputs` each history item's input also gets an id embedding (history items are warm); the
-scores stay text only.
+scores stay text only. With `--residual` the model trains as a correction of the content
+neighbour: its logits are its score plus a learned weight times the neighbour's cosines to the
+warm items at that position (the same text profile), standardized per row; it ranks the cold set
+the same way.
 
 Prints Recall@1 / Recall@10 (%) over the cold set after each `--every` epochs: the model alone,
 the content neighbour alone, and their sum with each score standardized per user at a few
 weights. Reads the cold-val split by default (`--test`: the test split).
-Usage: python docs/scripts/cold_text_sasrec.py WORKDIR FRACTION [--epochs N] [--id-inputs] [--test]
+Usage: python docs/scripts/cold_text_sasrec.py WORKDIR FRACTION [--epochs N] [--id-inputs] [--residual]
+    [--test]
 """
 
 import argparse
@@ -50,6 +54,8 @@ class TextSASRec(nnx.Module):
         self.proj = nnx.Linear(feature_dim, cfg.d_model, rngs=rngs)
         if id_rows:  # --id-inputs: an id embedding beside the text on the input side only
             self.ids = nnx.Embed(id_rows, cfg.d_model, rngs=rngs)
+        # --residual: the weight of the neighbour's standardized score beside the model's
+        self.beta = nnx.Param(jnp.asarray(1.0))
         self.item_norm = RMSNorm(cfg.d_model, rngs=rngs)
         self.blocks = nnx.List([DecoderBlock(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.d_model, rngs=rngs)
@@ -86,6 +92,18 @@ def softmax_columns(train: Histories, num_items: int) -> tuple[np.ndarray, np.nd
     return warm, col
 
 
+def profile_band(width: int, recent: int, decay: float) -> np.ndarray:
+    """[width, width]: row t weights position t' by decay**(t - t') for the `recent` positions
+    up to t (the content profile's weights, up to each row's scale)."""
+    gap = np.arange(width)[:, None] - np.arange(width)[None, :]
+    return np.where((gap >= 0) & (gap < recent), decay ** np.maximum(gap, 0), 0.0)
+
+
+def standardize_rows(x):
+    """Each row less its mean, over its standard deviation (JAX: `standardized` in the step)."""
+    return (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True) + 1e-9)
+
+
 def length_batches(lengths: np.ndarray, batch: int, rng: np.random.Generator) -> list:
     """One epoch's batches of row indices, in random order: rows sorted by length (ties broken at
     random), cut into batches of `batch`, so that a batch's rows have similar lengths."""
@@ -107,6 +125,11 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--residual",
+        action="store_true",
+        help="train on the model's score plus a learned weight times the neighbour's, standardized",
+    )
     ap.add_argument(
         "--id-inputs",
         action="store_true",
@@ -144,19 +167,27 @@ def main() -> None:
     opt = tx.init(params)
     warm_j = jnp.asarray(warm)
 
-    def loss_fn(params, items, valid, key):
+    def loss_fn(params, items, valid, key, to_warm):
         m = nnx.merge(graphdef, params)
         vecs = m.item_vectors(feats)
         h = m.hidden(vecs, items[:, :-1], valid[:, :-1], key)
         logits = (h @ vecs[warm_j].T).astype(jnp.float32)
+        if args.residual:  # the neighbour at every position: its profile's cosines to the warm
+            band = jnp.asarray(profile_band(items.shape[1] - 1, profile.recent, profile.decay))
+            band = band[None] * valid[:, None, :-1]
+            near = jnp.einsum("btu,bun->btn", band, to_warm[items[:, :-1]])
+            logits = logits + m.beta[...] * standardize_rows(near)
         y = jnp.asarray(col)[items[:, 1:]]
         w = (valid[:, :-1] & valid[:, 1:]).astype(jnp.float32)
         nll = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(y, 0))
         return (nll * w).sum() / jnp.maximum(w.sum(), 1.0)
 
+    # --residual: every item's cosine to each warm item ([N, W], an argument, not a constant)
+    to_warm = jnp.asarray(cosines(unit, unit[warm].T), jnp.float32) if args.residual else None
+
     @jax.jit
-    def step(params, opt, items, valid, key):
-        loss, grads = jax.value_and_grad(loss_fn)(params, items, valid, key)
+    def step(params, opt, items, valid, key, to_warm):
+        loss, grads = jax.value_and_grad(loss_fn)(params, items, valid, key, to_warm)
         updates, opt = tx.update(grads, opt, params)
         return optax.apply_updates(params, updates), opt, loss
 
@@ -175,7 +206,10 @@ def main() -> None:
                 for i in range(0, len(test_items), 512)
             ]
         )
-        base, z = standardized(neighbour), standardized(s)
+        base = standardized(neighbour)
+        if args.residual:  # the model's own ranking includes the neighbour at its weight
+            s = s + float(nnx.merge(graphdef, params).beta[...]) * base
+        z = standardized(s)
         cells = [recalls(s, cands, targets)] + [
             recalls(base + w * z, cands, targets) for w in FUSION_WEIGHTS
         ]
@@ -198,7 +232,7 @@ def main() -> None:
             width = min(train_items.shape[1], -(-int(lengths[idx].max()) // 8) * 8)
             key, sub = jax.random.split(key)
             params, opt, _ = step(
-                params, opt, train_items[idx, -width:], train_valid[idx, -width:], sub
+                params, opt, train_items[idx, -width:], train_valid[idx, -width:], sub, to_warm
             )
         if epoch % args.every == 0 or epoch == args.epochs:
             evaluate(epoch)

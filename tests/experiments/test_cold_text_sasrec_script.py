@@ -10,6 +10,8 @@ import pytest
 
 from data.splits import validation_split
 from data.types import Histories
+from experiments.evaluation.baselines import content_queries, cosines
+from experiments.evaluation.profile import ContentProfile
 from experiments.pipeline.artifacts import load_dataset
 from experiments.pipeline.layout import RunLayout
 from tests.experiments.helpers import ROOT, cold_val_neighbour, prepare_tiny, run_docs_script
@@ -21,6 +23,7 @@ _spec = importlib.util.spec_from_file_location(
 )
 script = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(script)
+standardized = script.standardized
 
 
 def test_windows_are_each_history_s_last_items_left_padded():
@@ -44,7 +47,9 @@ def test_length_batches_cover_every_row_once_in_runs_of_similar_length():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", [(), ("--id-inputs",)], ids=["text", "id_inputs"])
+@pytest.mark.parametrize(
+    "extra", [(), ("--id-inputs",), ("--residual",)], ids=["text", "id_inputs", "residual"]
+)
 def test_script_runs_and_its_neighbour_is_the_harness_s(tmp_path, extra):
     w = prepare_tiny(tmp_path / "w")
     ds = load_dataset(RunLayout(w))
@@ -87,3 +92,26 @@ def test_bad_input_is_one_line(tmp_path):
         f"cold_text_sasrec: {tmp_path / 'missing' / 'config.json'} is missing; make it with "
         f"`genret prepare --workdir {tmp_path / 'missing'}`"
     ]
+
+
+def test_profile_band_gives_the_neighbour_at_every_position():
+    """--residual's neighbour at position t, from the band over the rows' cosines, ranks items
+    as the content neighbour of the history up to t does (equal once standardized)."""
+    rng = np.random.default_rng(1)
+    emb = rng.normal(size=(12, 5))
+    profile = ContentProfile(recent=3, decay=0.8)
+    seqs = [list(rng.choice(12, size=n, replace=False)) for n in (1, 4, 6)]
+    items, valid = script.windows(Histories.from_lists(seqs), 6)
+    unit, _ = content_queries(emb, Histories.from_lists(seqs), profile)
+    to_all = cosines(unit, unit.T)
+    band = script.profile_band(items.shape[1], profile.recent, profile.decay)
+    near = np.einsum("tu,bun->btn", band, to_all[items] * valid[..., None])
+    for b, seq in enumerate(seqs):
+        for t in range(len(seq)):
+            prefix = Histories.from_lists([seq[: t + 1]])
+            _, q = content_queries(emb, prefix, profile)
+            want = cosines(q, unit.T)[0]
+            col = items.shape[1] - len(seq) + t
+            np.testing.assert_allclose(
+                script.standardize_rows(near[b, col]), standardized(want[None])[0], atol=1e-6
+            )
