@@ -10,14 +10,13 @@ is ever a target or a negative), so a cold item is scored only through its text.
 `--id-inputs` each history item's input also gets an id embedding (history items are warm); the
 scores stay text only. With `--residual` the model trains as a correction of the content
 neighbour: its logits are its score plus a learned weight times the neighbour's cosines to the
-warm items at that position (the same text profile), standardized per row; it ranks the cold set
-the same way.
+warm items at that position (the same text profile); it ranks the cold set the same way.
 
 Prints Recall@1 / Recall@10 (%) over the cold set after each `--every` epochs: the model alone,
 the content neighbour alone, and their sum with each score standardized per user at a few
 weights. Reads the cold-val split by default (`--test`: the test split).
-Usage: python docs/scripts/cold_text_sasrec.py WORKDIR FRACTION [--epochs N] [--id-inputs] [--residual]
-    [--test]
+Usage: python docs/scripts/cold_text_sasrec.py WORKDIR FRACTION [--epochs N] [--id-inputs]
+    [--residual] [--test]
 """
 
 import argparse
@@ -54,8 +53,8 @@ class TextSASRec(nnx.Module):
         self.proj = nnx.Linear(feature_dim, cfg.d_model, rngs=rngs)
         if id_rows:  # --id-inputs: an id embedding beside the text on the input side only
             self.ids = nnx.Embed(id_rows, cfg.d_model, rngs=rngs)
-        # --residual: the weight of the neighbour's standardized score beside the model's
-        self.beta = nnx.Param(jnp.asarray(1.0))
+        # --residual: the weight of the neighbour's cosine beside the model's score
+        self.beta = nnx.Param(jnp.asarray(10.0))
         self.item_norm = RMSNorm(cfg.d_model, rngs=rngs)
         self.blocks = nnx.List([DecoderBlock(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.d_model, rngs=rngs)
@@ -94,14 +93,9 @@ def softmax_columns(train: Histories, num_items: int) -> tuple[np.ndarray, np.nd
 
 def profile_band(width: int, recent: int, decay: float) -> np.ndarray:
     """[width, width]: row t weights position t' by decay**(t - t') for the `recent` positions
-    up to t (the content profile's weights, up to each row's scale)."""
+    up to t (the content profile's weights before each row is scaled to sum to 1)."""
     gap = np.arange(width)[:, None] - np.arange(width)[None, :]
     return np.where((gap >= 0) & (gap < recent), decay ** np.maximum(gap, 0), 0.0)
-
-
-def standardize_rows(x):
-    """Each row less its mean, over its standard deviation (JAX: `standardized` in the step)."""
-    return (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True) + 1e-9)
 
 
 def length_batches(lengths: np.ndarray, batch: int, rng: np.random.Generator) -> list:
@@ -128,7 +122,7 @@ def main() -> None:
     ap.add_argument(
         "--residual",
         action="store_true",
-        help="train on the model's score plus a learned weight times the neighbour's, standardized",
+        help="train on the model's score plus a learned weight times the neighbour's cosine",
     )
     ap.add_argument(
         "--id-inputs",
@@ -175,8 +169,9 @@ def main() -> None:
         if args.residual:  # the neighbour at every position: its profile's cosines to the warm
             band = jnp.asarray(profile_band(items.shape[1] - 1, profile.recent, profile.decay))
             band = band[None] * valid[:, None, :-1]
+            band = band / jnp.maximum(band.sum(-1, keepdims=True), 1e-12)
             near = jnp.einsum("btu,bun->btn", band, to_warm[items[:, :-1]])
-            logits = logits + m.beta[...] * standardize_rows(near)
+            logits = logits + m.beta[...] * near
         y = jnp.asarray(col)[items[:, 1:]]
         w = (valid[:, :-1] & valid[:, 1:]).astype(jnp.float32)
         nll = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(y, 0))
@@ -208,7 +203,7 @@ def main() -> None:
         )
         base = standardized(neighbour)
         if args.residual:  # the model's own ranking includes the neighbour at its weight
-            s = s + float(nnx.merge(graphdef, params).beta[...]) * base
+            s = s + float(nnx.merge(graphdef, params).beta[...]) * neighbour
         z = standardized(s)
         cells = [recalls(s, cands, targets)] + [
             recalls(base + w * z, cands, targets) for w in FUSION_WEIGHTS
