@@ -39,7 +39,7 @@ from data.types import Histories
 from experiments import config as config_lib
 from experiments.evaluation.baselines import content_queries, cosines
 from seqmodel.model import DecoderBlock, RMSNorm
-from seqmodel.sasrec import item_states
+from seqmodel.sasrec import PAD_ITEM, encode_items, item_states
 
 FUSION_WEIGHTS = (0.3, 0.5, 1.0, 2.0)  # weight of the model's standardized score
 
@@ -71,15 +71,11 @@ class TextSASRec(nnx.Module):
 
 
 def windows(histories: Histories, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """(items [U, max_len + 1], valid): each history's last max_len + 1 items, left-padded."""
-    out = np.zeros((len(histories), max_len + 1), np.int32)
-    valid = np.zeros(out.shape, bool)
-    for u in range(len(histories)):
-        h = histories[u][-(max_len + 1) :]
-        if len(h):
-            out[u, -len(h) :] = h
-            valid[u, -len(h) :] = True
-    return out, valid
+    """(items [U, max_len + 1], valid): each history's last max_len + 1 items, left-padded
+    (`encode_items`' rows, back to item ids, padding as item 0 where `valid` is false)."""
+    ids = encode_items(histories, max_len + 1)
+    valid = ids != PAD_ITEM
+    return np.where(valid, ids - 1, 0).astype(np.int32), valid
 
 
 def softmax_columns(train: Histories, num_items: int) -> tuple[np.ndarray, np.ndarray]:

@@ -206,14 +206,7 @@ def main() -> None:
     ap.add_argument("--minilm", action="store_true", help="add MiniLM (the `embed` extra)")
     args = ap.parse_args()
     data = load_cold_text(args.workdir, args.fraction, args.test)
-    cfg, layout, split, profile, texts = (
-        data.cfg,
-        data.layout,
-        data.split,
-        data.profile,
-        data.texts,
-    )
-    preset_rows = data.rows
+    split, profile, texts, preset_rows = data.split, data.profile, data.texts, data.rows
     cands, targets = split.cold_items, split.test_targets
     histories = split.test_histories
 
@@ -234,8 +227,8 @@ def main() -> None:
     if args.minilm:  # cached in WORKDIR/embeddings, as the tokenizer stage caches it
         from rqvae.embed import embed_texts  # here: torch loads only with --minilm
 
-        minilm = dataclasses.replace(cfg.rqvae, embedder="minilm")
-        scores["MiniLM"] = neighbour(embed_texts(texts, minilm, cache_dir=layout.embeddings))
+        minilm = dataclasses.replace(data.cfg.rqvae, embedder="minilm")
+        scores["MiniLM"] = neighbour(embed_texts(texts, minilm, cache_dir=data.layout.embeddings))
     # Behaviour: p(next | item) from pairs one or two places apart in the training histories,
     # averaged over the user's profile, then mapped onto the cold items by the preset's cosines.
     counts = cooccurrence_counts(split.train, len(texts), 2).tocsr().astype(np.float64)
